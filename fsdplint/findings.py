@@ -1,0 +1,126 @@
+"""The report format shared by the static linter, the model audit and the runtime guard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+DOCS_URL = "https://fsdplint.readthedocs.io/en/latest/rules/{code}.html"
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 0, "warning": 1, "info": 2}[self.value]
+
+
+class Applicability(str, Enum):
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """1-based row, 1-based column (as ruff's json output)."""
+
+    row: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text between `start` and `end` (end exclusive) with `content`."""
+
+    content: str
+    start: Position
+    end: Position
+
+    def to_json(self) -> dict:
+        return {
+            "content": self.content,
+            "location": {"row": self.start.row, "column": self.start.column},
+            "end_location": {"row": self.end.row, "column": self.end.column},
+        }
+
+
+@dataclass(frozen=True)
+class Fix:
+    applicability: Applicability
+    message: str
+    edits: tuple[Edit, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "applicability": self.applicability.value,
+            "message": self.message,
+            "edits": [e.to_json() for e in self.edits],
+        }
+
+
+@dataclass
+class Finding:
+    code: str
+    name: str
+    severity: Severity
+    filename: str
+    start: Position
+    end: Position
+    message: str
+    fix: Optional[Fix] = None
+    # Source line text, for `full` output and baselines; filled by the engine.
+    source_line: str = ""
+    # Extra facts a finding depends on, e.g. {"torch": "2.6 (from pyproject.toml)"}.
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(code=self.code)
+
+    def sort_key(self):
+        return (self.filename, self.start.row, self.start.column, self.code)
+
+    def to_json(self) -> dict:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity.value,
+            "filename": self.filename,
+            "location": {"row": self.start.row, "column": self.start.column},
+            "end_location": {"row": self.end.row, "column": self.end.column},
+            "message": self.message,
+            "url": self.url,
+            "fix": self.fix.to_json() if self.fix else None,
+        }
+
+
+def finding_from_json(d: dict) -> Finding:
+    fix = None
+    if d.get("fix"):
+        f = d["fix"]
+        fix = Fix(
+            Applicability(f["applicability"]),
+            f["message"],
+            tuple(
+                Edit(
+                    e["content"],
+                    Position(e["location"]["row"], e["location"]["column"]),
+                    Position(e["end_location"]["row"], e["end_location"]["column"]),
+                )
+                for e in f["edits"]
+            ),
+        )
+    return Finding(
+        code=d["code"],
+        name=d["name"],
+        severity=Severity(d["severity"]),
+        filename=d["filename"],
+        start=Position(d["location"]["row"], d["location"]["column"]),
+        end=Position(d["end_location"]["row"], d["end_location"]["column"]),
+        message=d["message"],
+        fix=fix,
+    )
