@@ -6,7 +6,7 @@ runtime guard are loaded only when used.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "check", "guard"]
+__all__ = ["__version__", "check", "guard", "FSDPLintError"]
 
 
 def __getattr__(name):
@@ -15,6 +15,10 @@ def __getattr__(name):
         from fsdplint.runtime.check import check
 
         return check
+    if name == "FSDPLintError":
+        from fsdplint.runtime.check import FSDPLintError
+
+        return FSDPLintError
     if name == "guard":
         from fsdplint.runtime import guard
 

@@ -1,0 +1,319 @@
+"""fsdplint benchmark harness: times whole processes and writes bench/results.md.
+
+Run from the repository root with the project venv active:
+
+    python bench/run.py                       # all scenarios (~15 min on 2 cores)
+    python bench/run.py --only single,audit   # a subset
+    python bench/run.py --runs 5 --output /tmp/results.md
+
+Scenarios: corpus (fsdplint vs libcst parse-only vs TorchFix), single (one-file latency),
+audit (`fsdplint model` on Llama-3 configs), scaling (-j 1/-j 2, 1x/2x/4x corpus), bigfile
+(one generated 1.25/2.5/5 MB file), profile
+(pyinstrument on the corpus lint; opt-in). A tool that is missing or fails is reported as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import corpus as corpus_mod  # noqa: E402
+import machine  # noqa: E402
+import report  # noqa: E402
+from measure import Result, measure, unavailable  # noqa: E402
+
+REPO = BENCH.parent
+WORK = BENCH / ".work"
+TORCHFIX_VERSION = "0.7.0"
+TORCHFIX_VENV = WORK / "venv-torchfix"
+SAMPLE = BENCH / "sample_train.py"
+CONFIGS = ("llama3_8b", "llama3_70b", "llama31_405b")
+WORLD_SIZES = (8, 64, 512)
+SCENARIOS = ("corpus", "single", "audit", "scaling", "bigfile")
+BIGFILE_SIZES = (1_250_000, 2_500_000, 5_000_000)
+OPTIONAL = ("profile",)
+HEAVY_IMPORTS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "rich")
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _probe(cmd: list[str], timeout: float = 120) -> tuple[int, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return -1, str(exc)
+    return p.returncode, p.stdout + p.stderr
+
+
+@dataclass
+class Fsdplint:
+    """What the installed fsdplint CLI can do (probed, so the harness runs before the CLI is done)."""
+
+    cmd: list[str]
+    lint_ok: bool = False
+    lint_why: str = ""
+    jobs_flag: str | None = None
+    no_cache: bool = False
+    model_ok: bool = False
+    model_why: str = ""
+    model_help: str = ""
+
+    @classmethod
+    def probe(cls) -> "Fsdplint":
+        script = Path(sys.executable).with_name("fsdplint")
+        cmd = [str(script)] if script.exists() else ([shutil.which("fsdplint")] if shutil.which("fsdplint") else
+                                                    [sys.executable, "-m", "fsdplint"])
+        tool = cls(cmd)
+        rc, text = _probe([*cmd, "--help"])
+        if rc != 0:
+            why = (text.strip().splitlines() or [f"exit code {rc}"])[-1][:200]
+            tool.lint_why = tool.model_why = f"`fsdplint --help` failed: {why}"
+            return tool
+        if re.search(r"--jobs\b", text):
+            tool.jobs_flag = "--jobs"
+        elif re.search(r"(^|[\s,])-j\b", text):
+            tool.jobs_flag = "-j"
+        tool.no_cache = "--no-cache" in text
+        rc, text = _probe([*tool.lint_args(1), str(SAMPLE)])
+        tool.lint_ok = rc in (0, 1)
+        if not tool.lint_ok:
+            tool.lint_why = f"`fsdplint {SAMPLE.name}` exited {rc}: " + " | ".join(text.strip().splitlines()[-2:])[:300]
+        rc, text = _probe([*cmd, "model", "--help"])
+        tool.model_ok, tool.model_help = rc == 0, text
+        if rc != 0:
+            tool.model_why = "`fsdplint model --help` failed: " + " | ".join(text.strip().splitlines()[-2:])[:300]
+        return tool
+
+    def lint_args(self, jobs: int | None) -> list[str]:
+        args = [*self.cmd]
+        if self.no_cache:
+            args.append("--no-cache")
+        if jobs is not None and self.jobs_flag:
+            args += [self.jobs_flag, str(jobs)]
+        return args
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    tmp: Path
+    fsdplint: Fsdplint
+    results: dict[str, Result] = field(default_factory=dict)
+    corpora: dict[int, corpus_mod.Corpus] = field(default_factory=dict)
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    bigfiles: dict[int, corpus_mod.Corpus] = field(default_factory=dict)
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def corpus(self, copies: int) -> corpus_mod.Corpus:
+        if copies not in self.corpora:
+            log(f"collecting corpus x{copies} ...")
+            self.corpora[copies] = corpus_mod.materialize(self.tmp / f"corpus-x{copies}", self.args.corpus, copies)
+        return self.corpora[copies]
+
+    def once(self, key: str, fn) -> Result:
+        """Measure once per harness run; scenarios share results (e.g. the 1x -j 1 lint)."""
+        if key not in self.results:
+            log(f"[{key}]")
+            self.results[key] = fn()
+        return self.results[key]
+
+    def logfile(self, key: str) -> Path:
+        (WORK / "logs").mkdir(parents=True, exist_ok=True)
+        return WORK / "logs" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".out")
+
+    # -- tools ----------------------------------------------------------------------------------------
+    def parse_only(self, jobs: int, copies: int = 1) -> Result:
+        key = f"parse-only -j {jobs} x{copies}"
+        cmd = [sys.executable, str(BENCH / "parse_only.py"), "-j", str(jobs), str(self.corpus(copies).root)]
+        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, ok_codes=(0,), log=self.logfile(key),
+                                              sample_tree=jobs > 1, echo=log))
+
+    def lint(self, jobs: int, copies: int = 1) -> Result:
+        key = f"fsdplint -j {jobs} x{copies}"
+        tool = self.fsdplint
+        if not tool.lint_ok:
+            return self.results.setdefault(key, unavailable(key, tool.cmd, tool.lint_why))
+        if tool.jobs_flag is None and jobs != 1:
+            return self.results.setdefault(key, unavailable(key, tool.cmd, "the CLI has no -j/--jobs option"))
+        cmd = [*tool.lint_args(jobs), str(self.corpus(copies).root)]
+        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, log=self.logfile(key),
+                                              sample_tree=jobs > 1, echo=log))
+
+    def torchfix(self, jobs: int) -> Result:
+        key = f"torchfix -j {jobs} x1"
+        exe = TORCHFIX_VENV / "bin" / "torchfix"
+        if not exe.exists() and not self.args.no_setup:
+            setup_torchfix()
+        if not exe.exists():
+            return self.results.setdefault(key, unavailable(key, [str(exe)], f"no TorchFix venv at {exe.parent.parent.name}"))
+        cmd = [str(exe), "--jobs", str(jobs), str(self.corpus(1).root)]
+        # TorchFix exits 0 with findings; slow, so no warm-up run (its venv's bytecode is already compiled).
+        return self.once(key, lambda: measure(key, cmd, runs=self.args.torchfix_runs, warmup=0, ok_codes=(0,),
+                                              log=self.logfile(key), sample_tree=jobs > 1, echo=log))
+
+    # -- scenarios ------------------------------------------------------------------------------------
+    def scenario_corpus(self) -> None:
+        for jobs in self.args.jobs:
+            self.parse_only(jobs)
+            self.lint(jobs)
+            if not self.args.no_torchfix:
+                self.torchfix(jobs)
+
+    def scenario_single(self) -> None:
+        runs = self.args.single_runs
+        py = sys.executable
+        for key, cmd in (("python -c pass", [py, "-c", "pass"]),
+                         ("python -c 'import libcst'", [py, "-c", "import libcst"])):
+            self.once(key, lambda cmd=cmd, key=key: measure(key, cmd, runs=runs, ok_codes=(0,), echo=log))
+        key = f"fsdplint {SAMPLE.name}"
+        tool = self.fsdplint
+        if not tool.lint_ok:
+            self.results[key] = unavailable(key, tool.cmd, tool.lint_why)
+            return
+        cmd = [*tool.lint_args(None), str(SAMPLE)]
+        self.once(key, lambda: measure(key, cmd, runs=runs, log=self.logfile(key), echo=log))
+        self.notes["single"] = self._import_check(cmd)
+
+    def _import_check(self, cmd: list[str]) -> list[str]:
+        """Which heavy libraries the one-file lint imports (it should import none of them)."""
+        script = Path(cmd[0])
+        if script.name != "fsdplint" or not script.exists():
+            return []
+        rc, text = _probe([sys.executable, "-X", "importtime", str(script), *cmd[1:]])
+        imported = {m.group(1).strip().split(".")[0] for m in re.finditer(r"^import time:.*\|\s*(\S+)\s*$", text, re.M)}
+        heavy = [name for name in HEAVY_IMPORTS if name in imported]
+        return [f"Heavy imports on the one-file path (`python -X importtime`): "
+                f"{', '.join(heavy) if heavy else 'none'} of {', '.join(HEAVY_IMPORTS)}; "
+                f"{len(imported)} top-level modules imported in total."]
+
+    def audit_cmd(self, config: str, world_size: int) -> list[str]:
+        cfg = BENCH / "configs" / f"{config}.json"
+        return [*self.fsdplint.cmd, "model", str(cfg), *self.args.audit_args.split(), "--world-size", str(world_size)]
+
+    def scenario_audit(self) -> None:
+        tool = self.fsdplint
+        first = True
+        for config in CONFIGS:
+            for ws in WORLD_SIZES:
+                key = f"audit {config} @{ws}"
+                cmd = self.audit_cmd(config, ws)
+                if not tool.model_ok:
+                    self.results[key] = unavailable(key, cmd, tool.model_why)
+                    continue
+                self.once(key, lambda cmd=cmd, key=key, warm=first: measure(
+                    key, cmd, runs=self.args.audit_runs, warmup=int(warm), log=self.logfile(key), echo=log))
+                first = False
+
+    def scenario_scaling(self) -> None:
+        for jobs in (1, 2):
+            self.lint(jobs, 1)
+        for copies in (1, 2, 4):
+            self.parse_only(1, copies)
+            self.lint(1, copies)
+        self.lint(2, 4)
+
+    def scenario_bigfile(self) -> None:
+        """One generated file of 1.25, 2.5 and 5 MB: time must grow linearly with the file size."""
+        for size in BIGFILE_SIZES:
+            big = self.bigfiles.get(size)
+            if big is None:
+                big = self.bigfiles[size] = corpus_mod.synthetic(self.tmp / "bigfile", size, SAMPLE)
+            for tool in ("parse-only", "fsdplint"):
+                key = f"{tool} {size / 1e6:g} MB file"
+                if tool == "parse-only":
+                    cmd = [sys.executable, str(BENCH / "parse_only.py"), str(big.root)]
+                elif not self.fsdplint.lint_ok:
+                    self.results[key] = unavailable(key, self.fsdplint.cmd, self.fsdplint.lint_why)
+                    continue
+                else:
+                    cmd = [*self.fsdplint.lint_args(None), str(big.root)]
+                self.once(key, lambda cmd=cmd, key=key: measure(key, cmd, runs=self.args.runs, warmup=0,
+                                                                log=self.logfile(key), echo=log))
+
+    def scenario_profile(self) -> None:
+        """pyinstrument over the one-job corpus lint; the top costs go into results.md."""
+        import profiling
+
+        tool = self.fsdplint
+        if not tool.lint_ok:
+            self.notes["profile"] = [f"Profile: fsdplint not available ({tool.lint_why})."]
+            return
+        argv = [*tool.lint_args(1)[1:], str(self.corpus(1).root)]
+        self.notes["profile"] = profiling.profile(argv, WORK / "profile", self.corpus(1).root, echo=log)
+
+
+def setup_torchfix() -> None:
+    """TorchFix pins libcst < 1.6, so it gets its own venv (never the project venv)."""
+    log(f"creating {TORCHFIX_VENV.relative_to(REPO)} with torchfix=={TORCHFIX_VERSION} ...")
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    subprocess.run([base, "-m", "venv", str(TORCHFIX_VENV)], check=True)
+    subprocess.run([str(TORCHFIX_VENV / "bin" / "pip"), "install", "-q", f"torchfix=={TORCHFIX_VERSION}"], check=True)
+
+
+def _torchfix_libcst() -> str:
+    rc, text = _probe([str(TORCHFIX_VENV / "bin" / "python"), "-c", "import libcst, importlib.metadata as m; "
+                       "print(m.version('torchfix'), m.version('libcst'))"])
+    if rc != 0:
+        return "not installed"
+    tf, cst = text.split()
+    return f"torchfix {tf} with libcst {cst} (own venv)"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=",".join(SCENARIOS),
+                    help=f"comma-separated scenarios: {', '.join(SCENARIOS + OPTIONAL)} (default: all but profile)")
+    ap.add_argument("--runs", type=int, default=3, help="measured runs per corpus command (median, min, max)")
+    ap.add_argument("--torchfix-runs", type=int, default=3, help="measured runs per TorchFix command")
+    ap.add_argument("--single-runs", type=int, default=10, help="measured runs per one-file command")
+    ap.add_argument("--audit-runs", type=int, default=3, help="measured runs per model-audit command")
+    ap.add_argument("--jobs", default="1,2", help="job counts for the corpus scenario (default 1,2)")
+    ap.add_argument("--corpus", choices=("subset", "full"), default="subset",
+                    help="the fixed subset (default) or the full library trees (hours with TorchFix)")
+    ap.add_argument("--audit-args", default="--lora --target-modules q_proj,v_proj --r 16 --fsdp 2",
+                    help="arguments for `fsdplint model CONFIG` (the world size is added)")
+    ap.add_argument("--no-torchfix", action="store_true", help="skip TorchFix")
+    ap.add_argument("--no-setup", action="store_true", help="do not create the TorchFix venv when it is missing")
+    ap.add_argument("--output", type=Path, default=BENCH / "results.md")
+    args = ap.parse_args(argv)
+    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(args.only) - set(SCENARIOS + OPTIONAL)
+    if unknown:
+        ap.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    args.jobs = [int(j) for j in args.jobs.split(",")]
+    args.argv = sys.argv[1:] if argv is None else argv
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    started = datetime.datetime.now()
+    tool = Fsdplint.probe()
+    log(f"fsdplint lint: {'ok' if tool.lint_ok else tool.lint_why}; jobs flag: {tool.jobs_flag}; "
+        f"model: {'ok' if tool.model_ok else tool.model_why}")
+    with tempfile.TemporaryDirectory(prefix="fsdplint-bench-") as tmp:
+        bench = Bench(args, Path(tmp), tool)
+        for name in args.only:
+            log(f"== {name}")
+            getattr(bench, f"scenario_{name}")()
+        env = {"TorchFix": _torchfix_libcst(), "Static CLI": " ".join([Path(tool.cmd[0]).name, *tool.lint_args(1)[1:]])}
+        text = report.render(bench, machine.describe(REPO, env), started, datetime.datetime.now())
+    args.output.write_text(text)
+    log(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

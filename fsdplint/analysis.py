@@ -1,0 +1,619 @@
+"""The shared analysis of a training script: which objects hold the model, and what happens to them, in order.
+
+Rules query this instead of re-matching syntax. Each entry-point scope (module
+body, functions not called from elsewhere in the file) becomes a `Timeline`:
+its calls in evaluation order, with calls to helper functions of the same file
+inlined, and a union-find over names so `model = FSDP(model)`,
+`peft_model = get_peft_model(model, cfg)` and `model.module` all denote one
+model. When the analysis cannot tell, it records nothing and rules stay silent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Iterator, Optional, Union
+
+import libcst as cst
+
+from fsdplint.collect import AttrSet, Call, Collector, Scope, collect
+from fsdplint.resolve import dotted
+
+# Calls that return the model they were given (so their result is the same model).
+SAME_MODEL_APIS = {
+    "get_peft_model": (0, "model"),
+    "FSDP1": (0, "module"),
+    "fully_shard": (0, "module"),
+    "DDP": (0, "module"),
+    "prepare_model_for_kbit_training": (0, "model"),
+    "PeftModel_from_pretrained": (0, "model"),
+    "torch_compile": (0, "model"),
+}
+SAME_MODEL_METHODS = {"to", "cuda", "half", "bfloat16", "float", "requires_grad_", "train", "eval", "to_empty"}
+# Attributes that reach the same model through a wrapper.
+TRANSPARENT = {"module", "base_model", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
+# Roots whose first attribute names the object (`self.model`, `trainer.model`).
+HOLDERS = {"self", "cls", "trainer", "state", "args", "accelerator", "engine", "ctx", "runner"}
+MODEL_METHODS = {
+    "gradient_checkpointing_enable", "add_adapter", "save_pretrained", "generate", "merge_and_unload",
+    "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
+}
+
+UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__bool__": lambda self: False})()
+
+
+@dataclass(frozen=True)
+class QName:
+    """A dotted reference that is not a literal, e.g. `torch.bfloat16`."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Ref:
+    key: str
+    child: bool  # a submodule of the model (a layer), not the model itself
+    path: tuple[str, ...] = ()
+
+
+Item = Union[Call, AttrSet]
+
+
+@dataclass
+class Step:
+    item: Item
+    prefix: str
+    mapping: dict[str, str]
+    returns: list[str] = field(default_factory=list)  # keys returned by an inlined helper
+
+    @property
+    def seq(self) -> int:
+        return self.item.seq
+
+    @property
+    def call(self) -> Optional[Call]:
+        return self.item if isinstance(self.item, Call) else None
+
+    def key(self, name: str) -> str:
+        if name in self.mapping:
+            return self.mapping[name]
+        root = name.split(".", 1)[0]
+        if root in ("self", "cls"):
+            return name
+        return self.prefix + name
+
+
+@dataclass
+class Event:
+    kind: str
+    step: Step
+    ref: Optional[Ref]
+    data: dict = field(default_factory=dict)
+    timeline: Optional["Timeline"] = None
+
+    @property
+    def call(self) -> Optional[Call]:
+        return self.step.call
+
+    @property
+    def node(self) -> cst.CSTNode:
+        return self.step.item.node if isinstance(self.step.item, Call) else self.step.item.value
+
+    @property
+    def seq(self) -> int:
+        return self.step.seq
+
+    @property
+    def entity(self) -> Optional[str]:
+        return self.timeline.find(self.ref.key) if (self.ref and self.timeline) else None
+
+
+class UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, k: str) -> str:
+        p = self.parent.setdefault(k, k)
+        while p != self.parent.setdefault(p, p):
+            p = self.parent[p]
+        self.parent[k] = p
+        return p
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+class Timeline:
+    def __init__(self, analysis: "ScriptAnalysis", scope: Scope, steps: list[Step]) -> None:
+        self.analysis = analysis
+        self.scope = scope
+        self.steps = steps
+        self.uf = UnionFind()
+        self.events: list[Event] = []
+        self.model_keys: set[str] = set()
+
+    def find(self, key: str) -> str:
+        return self.uf.find(key)
+
+    def of(self, kind: str, entity: Optional[str] = None) -> list[Event]:
+        return [e for e in self.events if e.kind == kind and (entity is None or e.entity == entity)]
+
+    def before(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
+        kinds = set(kinds)
+        ent = entity if entity is not None else event.entity
+        return [e for e in self.events if e.seq < event.seq and e.kind in kinds and e.entity == ent]
+
+    def after(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
+        kinds = set(kinds)
+        ent = entity if entity is not None else event.entity
+        return [e for e in self.events if e.seq > event.seq and e.kind in kinds and e.entity == ent]
+
+    def is_model(self, entity: Optional[str]) -> bool:
+        return entity is not None and any(self.find(k) == entity for k in self.model_keys)
+
+    def wrap_state(self, entity: str, seq: int) -> Optional[str]:
+        """"fsdp1", "fsdp2" or None: how the model is wrapped at `seq`."""
+        state = None
+        for e in self.events:
+            if e.seq >= seq:
+                break
+            if e.entity != entity:
+                continue
+            if e.kind == "wrap1":
+                state = "fsdp1"
+            elif e.kind == "shard2":
+                state = "fsdp2"
+        return state
+
+
+class ScriptAnalysis:
+    def __init__(self, module: cst.Module, collector: Optional[Collector] = None) -> None:
+        self.module = module
+        self.c = collector or collect(module)
+        self.resolver = self.c.resolver
+        self.timelines: list[Timeline] = []
+        self._build()
+
+    # -- facts over the whole file -------------------------------------------------
+    def calls(self, *apis: str) -> list[Call]:
+        return [c for c in self.c.calls if c.api in apis]
+
+    def method_calls(self, *methods: str) -> list[Call]:
+        return [c for c in self.c.calls if c.method in methods]
+
+    @cached_property
+    def uses_fsdp1(self) -> bool:
+        return bool(self.calls("FSDP1")) or bool(self.launch_fsdp_version == 1)
+
+    @cached_property
+    def uses_fsdp2(self) -> bool:
+        return bool(self.calls("fully_shard")) or bool(self.launch_fsdp_version == 2)
+
+    @cached_property
+    def uses_fsdp(self) -> bool:
+        return self.uses_fsdp1 or self.uses_fsdp2 or self.launch_fsdp_version is not None
+
+    @cached_property
+    def uses_peft(self) -> bool:
+        return bool(self.calls("get_peft_model", "inject_adapter_in_model", "PeftModel_from_pretrained", "LoraConfig")) or bool(
+            self.method_calls("add_adapter")
+        )
+
+    # Filled by launch-config readers (accelerate YAML / TrainingArguments): 1, 2 or None.
+    launch_fsdp_version: Optional[int] = None
+
+    def events(self, kind: str) -> Iterator[Event]:
+        for t in self.timelines:
+            for e in t.events:
+                if e.kind == kind:
+                    yield e
+
+    # -- value resolution ----------------------------------------------------------
+    def value(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope] = None, depth: int = 0) -> Any:
+        """Literal value of an expression, `QName` for dotted references, else UNKNOWN."""
+        if expr is None or depth > 6:
+            return UNKNOWN
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return expr.evaluated_value
+        if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+            v = expr.evaluated_value
+            return v if v is not None else UNKNOWN
+        if isinstance(expr, cst.Name):
+            if expr.value in ("True", "False", "None"):
+                return {"True": True, "False": False, "None": None}[expr.value]
+            bound = self.binding(expr.value, scope)
+            if bound is not None:
+                return self.value(bound, scope, depth + 1)
+            q = self.resolver.qualify(expr)
+            return QName(q) if q else UNKNOWN
+        if isinstance(expr, cst.Attribute):
+            q = self.resolver.qualify(expr)
+            if q:
+                return QName(q)
+            d = dotted(expr)
+            bound = self.binding(d, scope) if d else None
+            if bound is not None:
+                return self.value(bound, scope, depth + 1)
+            return UNKNOWN
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            out = [self.value(e.value, scope, depth + 1) for e in expr.elements if not isinstance(e, cst.StarredElement)]
+            return out if all(v is not UNKNOWN for v in out) else UNKNOWN
+        if isinstance(expr, cst.Dict):
+            d = {}
+            for el in expr.elements:
+                if not isinstance(el, cst.DictElement):
+                    return UNKNOWN
+                k = self.value(el.key, scope, depth + 1)
+                if k is UNKNOWN or not isinstance(k, (str, int)):
+                    return UNKNOWN
+                d[k] = self.value(el.value, scope, depth + 1)
+            return d
+        if isinstance(expr, cst.Call) and dotted(expr.func) == "dict":
+            return {a.keyword.value: self.value(a.value, scope, depth + 1) for a in expr.args if a.keyword is not None}
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            v = self.value(expr.expression, scope, depth + 1)
+            return -v if isinstance(v, (int, float)) else UNKNOWN
+        return UNKNOWN
+
+    def binding(self, name: str, scope: Optional[Scope]) -> Optional[cst.BaseExpression]:
+        """The single expression bound to `name` (in `scope`, else at module level), if unique."""
+        for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+            vals = s.assigns.get(name)
+            if vals:
+                return vals[0][1] if len(vals) == 1 else None
+            if s is not self.c.module_scope and name in s.params:
+                return None
+        return None
+
+    def call_for(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], api: str) -> Optional[Call]:
+        """The `api(...)` call `expr` evaluates to, following simple name bindings."""
+        for _ in range(4):
+            if isinstance(expr, cst.Call):
+                return self._calls_by_node.get(id(expr)) if self._calls_by_node.get(id(expr)) and self._calls_by_node[id(expr)].api == api else None
+            if isinstance(expr, (cst.Name, cst.Attribute)):
+                d = dotted(expr)
+                expr = self.binding(d, scope) if d else None
+                continue
+            return None
+        return None
+
+    @cached_property
+    def _calls_by_node(self) -> dict[int, Call]:
+        return {id(c.node): c for c in self.c.calls}
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # -- references ------------------------------------------------------------------
+    def ref(self, expr: Optional[cst.BaseExpression], step: Step) -> Optional[Ref]:
+        if expr is None:
+            return None
+        child = False
+        while True:
+            if isinstance(expr, cst.Subscript):
+                child = True
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in (
+                "get_submodule", "get_decoder",
+            ):
+                child = True
+                expr = expr.func.value
+            else:
+                break
+        d = dotted(expr)
+        if d is None:
+            return None
+        parts = d.split(".")
+        if parts[0] in HOLDERS and len(parts) > 1:
+            root, rest = ".".join(parts[:2]), parts[2:]
+        else:
+            root, rest = parts[0], parts[1:]
+        key = step.key(root)
+        derived = self._derived.get(key)
+        if derived is not None:
+            key, child = derived, True
+        path = tuple(a for a in rest if a not in TRANSPARENT)
+        if path and path != ("model",):
+            child = True
+        return Ref(key, child, tuple(rest))
+
+    # -- timeline construction -------------------------------------------------------
+    def _build(self) -> None:
+        self._derived: dict[str, str] = {}
+        called: set[int] = set()
+        for call in self.c.calls:
+            callee = self._local_callee(call)
+            if callee is not None and callee is not call.scope:
+                called.add(id(callee))
+        for scope in self.c.scopes:
+            if id(scope) in called:
+                continue
+            steps = self._steps(scope, {}, "", 0, (id(scope),))
+            if not steps:
+                continue
+            t = Timeline(self, scope, steps)
+            self._derived = {}
+            self._interpret(t)
+            self.timelines.append(t)
+
+    def _local_callee(self, call: Call) -> Optional[Scope]:
+        f = call.func
+        if f is None:
+            return None
+        if "." not in f:
+            return self.c.functions.get(f)
+        if f.startswith("self.") and f.count(".") == 1 and call.scope.klass:
+            return self.c.methods.get((call.scope.klass, f[5:]))
+        return None
+
+    def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple) -> list[Step]:
+        items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets], key=lambda i: i.seq)
+        steps: list[Step] = []
+        for item in items:
+            step = Step(item, prefix, mapping)
+            callee = self._local_callee(item) if isinstance(item, Call) else None
+            if callee is not None and depth < 4 and id(callee) not in stack:
+                sub_map: dict[str, str] = {}
+                params = callee.params[1:] if callee.klass and callee.params[:1] == ["self"] else callee.params
+                for i, p in enumerate(params):
+                    arg = item.arg(i, p)
+                    d = dotted(arg) if arg is not None else None
+                    if d is not None:
+                        sub_map[p] = step.key(d) if d.split(".")[0] not in HOLDERS else d
+                sub_prefix = f"{prefix}{callee.name}@{item.seq}:"
+                sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),))
+                steps.extend(sub)
+                probe = Step(item, sub_prefix, sub_map)
+                for r in callee.returns:
+                    rd = dotted(r)
+                    if rd is not None:
+                        step.returns.append(probe.key(rd))
+                    elif isinstance(r, cst.Tuple):
+                        for el in r.elements:
+                            ed = dotted(el.value)
+                            step.returns.append(probe.key(ed) if ed else "")
+            steps.append(step)
+        return steps
+
+    def _interpret(self, t: Timeline) -> None:
+        for step in t.steps:
+            item = step.item
+            if isinstance(item, AttrSet):
+                self._interpret_attr(t, step, item)
+                continue
+            call = item
+            for ev in self._classify(t, step, call):
+                ev.timeline = t
+                t.events.append(ev)
+            self._bind_result(t, step, call)
+
+    def _bind_result(self, t: Timeline, step: Step, call: Call) -> None:
+        targets = call.targets
+        if not targets:
+            return
+        src_keys: list[Optional[str]] = []
+        if call.api in SAME_MODEL_APIS:
+            idx, kw = SAME_MODEL_APIS[call.api]
+            r = self.ref(call.arg(idx, kw), step)
+            src_keys = [r.key if r and not r.child else None]
+        elif call.method in SAME_MODEL_METHODS:
+            r = self.ref(call.receiver, step)
+            src_keys = [r.key if r and not r.child else None]
+        elif call.method == "prepare" and self._is_accelerator(call.receiver):
+            for a in call.node.args:
+                r = self.ref(a.value, step)
+                src_keys.append(r.key if r and not r.child else None)
+        elif step.returns:
+            src_keys = list(step.returns)
+        elif call.api == "load_model":
+            for tg in targets:
+                d = dotted(tg)
+                if d:
+                    t.model_keys.add(self._target_key(step, d))
+            return
+        for tg in targets:
+            if isinstance(tg, (cst.Tuple, cst.List)):
+                for i, el in enumerate(tg.elements):
+                    d = dotted(el.value)
+                    if d and i < len(src_keys) and src_keys[i]:
+                        t.uf.union(self._target_key(step, d), src_keys[i])
+            else:
+                d = dotted(tg)
+                if d and src_keys and src_keys[0]:
+                    t.uf.union(self._target_key(step, d), src_keys[0])
+
+    def _target_key(self, step: Step, d: str) -> str:
+        parts = d.split(".")
+        if parts[0] in HOLDERS and len(parts) > 1:
+            return step.key(".".join(parts[:2]))
+        return step.key(parts[0]) if len(parts) == 1 else step.key(d)
+
+    def _is_accelerator(self, expr: Optional[cst.BaseExpression]) -> bool:
+        d = dotted(expr) if expr is not None else None
+        if d is None:
+            return False
+        if "accelerator" in d.lower():
+            return True
+        bound = self.binding(d, None)
+        return isinstance(bound, cst.Call) and self._calls_by_node.get(id(bound)) is not None and self._calls_by_node[id(bound)].api == "Accelerator"
+
+    def _interpret_attr(self, t: Timeline, step: Step, a: AttrSet) -> None:
+        if a.key is not None:
+            t.events.append(Event("dict_set", step, None, {"target": step.key(a.target), "key": a.key}, t))
+            return
+        if a.target.endswith(".requires_grad"):
+            v = self.value(a.value, a.scope)
+            if v is False and a.loops:
+                r = self._loop_model(step, a.loops[-1].iter)
+                if r is not None:
+                    t.events.append(Event("freeze", step, r, {"partial": bool(a.guards)}, t))
+            return
+        if a.target.endswith("use_cache"):
+            root = self._target_key(step, a.target.split(".config.")[0]) if ".config." in a.target else None
+            r = Ref(root, False) if root else None
+            t.events.append(Event("use_cache", step, r, {"value": self.value(a.value, a.scope)}, t))
+            return
+        # `layers = model.model.layers`: a name for a part of the model.
+        d = dotted(a.value) if isinstance(a.value, (cst.Attribute, cst.Name)) else None
+        if d is not None:
+            r = self.ref(a.value, step)
+            if r is not None and r.child:
+                self._derived[self._target_key(step, a.target)] = r.key
+
+    def _loop_model(self, step: Step, it: cst.BaseExpression) -> Optional[Ref]:
+        """`model.parameters()` / `model.named_parameters()` / `model.modules()` → the model."""
+        if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute):
+            if it.func.attr.value in ("parameters", "named_parameters", "modules", "named_modules", "children", "named_children"):
+                r = self.ref(it.func.value, step)
+                return r
+            if it.func.attr.value == "enumerate" or dotted(it.func) in ("enumerate", "list", "reversed"):
+                return self._loop_model(step, it.args[0].value) if it.args else None
+        if isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "list", "reversed") and it.args:
+            return self._loop_model(step, it.args[0].value)
+        return None
+
+    def _loop_child(self, step: Step, call: Call, name: str) -> Optional[Ref]:
+        """If `name` is a loop variable over a part of the model, the model it belongs to."""
+        for loop in reversed(call.loops):
+            names = [n for n in loop.target.split(",")]
+            if name in names:
+                it = loop.iter
+                r = self._loop_model(step, it)
+                if r is not None:
+                    return Ref(r.key, True, r.path)
+                inner = it
+                if isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "list", "reversed") and it.args:
+                    inner = it.args[0].value
+                r = self.ref(inner, step)
+                if r is not None:
+                    return Ref(r.key, True, r.path)
+        return None
+
+    def model_ref(self, expr: Optional[cst.BaseExpression], step: Step, call: Call) -> Optional[Ref]:
+        if isinstance(expr, cst.Name):
+            lr = self._loop_child(step, call, expr.value)
+            if lr is not None:
+                return lr
+        if isinstance(expr, (cst.List, cst.Tuple)) and expr.elements:
+            refs = [self.model_ref(e.value, step, call) for e in expr.elements]
+            refs = [r for r in refs if r is not None]
+            return Ref(refs[0].key, True, refs[0].path) if refs else None
+        return self.ref(expr, step)
+
+    def _classify(self, t: Timeline, step: Step, call: Call) -> list[Event]:
+        api, m = call.api, call.method
+        out: list[Event] = []
+
+        def ev(kind, expr, **data):
+            r = self.model_ref(expr, step, call)
+            if r is not None:
+                t.model_keys.add(r.key)
+            out.append(Event(kind, step, r, data, t))
+
+        if api == "load_model":
+            out.append(Event("load", step, None, {}, t))
+        elif api in ("get_peft_model", "PeftModel_from_pretrained"):
+            ev("lora", call.arg(0, "model"))
+        elif api == "inject_adapter_in_model":
+            ev("lora", call.arg(1, "model"))
+        elif api == "prepare_model_for_kbit_training":
+            ev("kbit_prep", call.arg(0, "model"))
+        elif api == "FSDP1":
+            ev("wrap1", call.arg(0, "module"))
+        elif api == "fully_shard":
+            ev("shard2", call.arg(0, "module"))
+        elif api == "DDP":
+            ev("ddp", call.arg(0, "module"))
+        elif api == "optimizer":
+            params = call.arg(0, "params")
+            src, filtered = self._params_source(params, step, call)
+            out.append(Event("optimizer", step, src, {"filtered": filtered, "params": params}, t))
+        elif api == "torch_compile":
+            ev("compile", call.arg(0, "model"))
+        elif api in ("apply_activation_checkpointing", "checkpoint_wrapper"):
+            ev("ac", call.arg(0, "model"))
+        elif api == "get_peft_model_state_dict" or api == "get_model_state_dict":
+            ev("state_dict", call.arg(0, "model"), api=api)
+        elif api == "peft_fsdp_auto_wrap_policy":
+            ev("peft_policy", call.arg(0, "model"))
+        elif api == "clip_grad_norm_":
+            src, _ = self._params_source(call.arg(0, "parameters"), step, call)
+            out.append(Event("clip", step, src, {"torch_api": True}, t))
+        elif api == "torch_save":
+            obj = call.arg(0, "obj")
+            if isinstance(obj, cst.Call) and isinstance(obj.func, cst.Attribute) and obj.func.attr.value == "state_dict":
+                ev("torch_save_state_dict", obj.func.value)
+        elif api == "init_process_group":
+            out.append(Event("init_pg", step, None, {}, t))
+        elif api == "cuda_set_device":
+            out.append(Event("set_device", step, None, {}, t))
+        elif m is not None and call.receiver is not None:
+            recv = call.receiver
+            if m == "prepare" and self._is_accelerator(recv):
+                for a in call.node.args:
+                    r = self.ref(a.value, step)
+                    out.append(Event("prepare", step, r, {"n_args": len(call.node.args)}, t))
+            elif m in ("get_state_dict", "save_state", "save_model") and self._is_accelerator(recv):
+                ev("state_dict", call.arg(0, "model"), api=f"accelerator.{m}")
+            elif m == "save_model" and "trainer" in (dotted(recv) or "").lower():
+                out.append(Event("state_dict", step, None, {"api": "trainer.save_model"}, t))
+            else:
+                kinds = {
+                    "add_adapter": "lora",
+                    "gradient_checkpointing_enable": "gc_enable",
+                    "enable_input_require_grads": "input_require_grads",
+                    "state_dict": "state_dict",
+                    "save_pretrained": "save",
+                    "generate": "generate",
+                    "merge_and_unload": "merge",
+                    "merge_adapter": "merge",
+                    "to": "move",
+                    "cuda": "move",
+                    "no_sync": "no_sync",
+                    "clip_grad_norm_": "clip",
+                    "requires_grad_": "requires_grad_",
+                }
+                kind = kinds.get(m)
+                if kind is not None:
+                    r = self.ref(recv, step)
+                    if r is not None and (t.is_model(t.find(r.key)) or "model" in r.key.lower() or m in MODEL_METHODS):
+                        if kind in ("move",) and r.child:
+                            return out
+                        out.append(Event(kind, step, r, {"method": m}, t))
+        return out
+
+    def _params_source(self, params, step: Step, call: Call) -> tuple[Optional[Ref], bool]:
+        """Which model an optimizer's params come from, and whether they were filtered."""
+        filtered = False
+        for _ in range(4):
+            if isinstance(params, (cst.Name, cst.Attribute)) and not isinstance(params, cst.Call):
+                d = dotted(params)
+                bound = self.binding(d, call.scope) if d else None
+                if bound is None:
+                    return None, filtered
+                params = bound
+                continue
+            break
+        if isinstance(params, (cst.ListComp, cst.GeneratorExp)):
+            filtered = filtered or bool(params.for_in.ifs)
+            params = params.for_in.iter
+        if isinstance(params, cst.Call):
+            fn = dotted(params.func)
+            if fn in ("filter", "list", "tuple") and params.args:
+                filtered = filtered or fn == "filter"
+                return self._params_source(params.args[-1].value, step, call)[0], filtered
+            if isinstance(params.func, cst.Attribute) and params.func.attr.value in ("parameters", "named_parameters"):
+                return self.ref(params.func.value, step), filtered
+            if isinstance(params.func, cst.Attribute):
+                # model.trainable_parameters(), get_param_groups(model), ...
+                return None, True
+        return None, filtered
+
+
+def analyze(module: cst.Module) -> ScriptAnalysis:
+    return ScriptAnalysis(module)

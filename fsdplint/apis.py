@@ -1,0 +1,159 @@
+"""What fsdplint knows about the libraries' APIs, kept as data.
+
+Each entry maps an API id (used by the analysis and the rules) to the fully
+qualified names under which that object can be imported. The resolver turns
+any import style (`from x import y as z`, `import x.y as m; m.z`) into such a
+name, so aliased imports match.
+"""
+
+from __future__ import annotations
+
+_FSDP1 = "torch.distributed.fsdp"
+
+QUALIFIED: dict[str, tuple[str, ...]] = {
+    # --- torch FSDP ---
+    "fully_shard": (
+        "torch.distributed.fsdp.fully_shard",
+        "torch.distributed.fsdp._fully_shard.fully_shard",
+        "torch.distributed.fsdp._fully_shard._fully_shard.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard.fully_shard",
+        "torch.distributed._composable.fully_shard",
+    ),
+    "FSDP1": (
+        f"{_FSDP1}.FullyShardedDataParallel",
+        f"{_FSDP1}.fully_sharded_data_parallel.FullyShardedDataParallel",
+    ),
+    "DDP": (
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.nn.parallel.DDP",
+    ),
+    "FSDPModule": ("torch.distributed.fsdp.FSDPModule", "torch.distributed._composable.fsdp.FSDPModule"),
+    "MixedPrecisionPolicy": (
+        "torch.distributed.fsdp.MixedPrecisionPolicy",
+        "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+    ),
+    "register_fsdp_forward_method": (
+        "torch.distributed.fsdp.register_fsdp_forward_method",
+        "torch.distributed._composable.fsdp.register_fsdp_forward_method",
+    ),
+    "StateDictType": (f"{_FSDP1}.StateDictType", f"{_FSDP1}.api.StateDictType"),
+    "FullStateDictConfig": (f"{_FSDP1}.FullStateDictConfig", f"{_FSDP1}.api.FullStateDictConfig"),
+    "transformer_auto_wrap_policy": (f"{_FSDP1}.wrap.transformer_auto_wrap_policy",),
+    "size_based_auto_wrap_policy": (f"{_FSDP1}.wrap.size_based_auto_wrap_policy",),
+    "lambda_auto_wrap_policy": (f"{_FSDP1}.wrap.lambda_auto_wrap_policy",),
+    "ModuleWrapPolicy": (f"{_FSDP1}.wrap.ModuleWrapPolicy",),
+    "CustomPolicy": (f"{_FSDP1}.wrap.CustomPolicy",),
+    "init_process_group": (
+        "torch.distributed.init_process_group",
+        "torch.distributed.distributed_c10d.init_process_group",
+    ),
+    "get_rank": ("torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank"),
+    "cuda_set_device": ("torch.cuda.set_device",),
+    "init_device_mesh": (
+        "torch.distributed.device_mesh.init_device_mesh",
+        "torch.distributed._tensor.device_mesh.init_device_mesh",
+        "torch.distributed.init_device_mesh",
+    ),
+    "clip_grad_norm_": ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_"),
+    "torch_save": ("torch.save",),
+    "torch_compile": ("torch.compile",),
+    "apply_activation_checkpointing": (
+        "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.apply_activation_checkpointing",
+    ),
+    "checkpoint_wrapper": (
+        "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.checkpoint_wrapper",
+        "torch.distributed._composable.checkpoint_activation.checkpoint",
+        "torch.distributed._composable.checkpoint",
+    ),
+    "get_model_state_dict": (
+        "torch.distributed.checkpoint.state_dict.get_model_state_dict",
+        "torch.distributed.checkpoint.state_dict.get_state_dict",
+    ),
+    # --- peft ---
+    "get_peft_model": ("peft.get_peft_model", "peft.mapping.get_peft_model", "peft.mapping_func.get_peft_model"),
+    "inject_adapter_in_model": ("peft.inject_adapter_in_model", "peft.mapping.inject_adapter_in_model"),
+    "PeftModel_from_pretrained": (
+        "peft.PeftModel.from_pretrained",
+        "peft.peft_model.PeftModel.from_pretrained",
+        "peft.AutoPeftModelForCausalLM.from_pretrained",
+    ),
+    "LoraConfig": ("peft.LoraConfig", "peft.tuners.lora.LoraConfig", "peft.tuners.lora.config.LoraConfig"),
+    "prepare_model_for_kbit_training": (
+        "peft.prepare_model_for_kbit_training",
+        "peft.utils.prepare_model_for_kbit_training",
+        "peft.utils.other.prepare_model_for_kbit_training",
+    ),
+    "peft_fsdp_auto_wrap_policy": ("peft.utils.other.fsdp_auto_wrap_policy", "peft.utils.fsdp_auto_wrap_policy"),
+    "get_peft_model_state_dict": (
+        "peft.get_peft_model_state_dict",
+        "peft.utils.get_peft_model_state_dict",
+        "peft.utils.save_and_load.get_peft_model_state_dict",
+    ),
+    # --- transformers / trl / accelerate / bitsandbytes ---
+    "BitsAndBytesConfig": (
+        "transformers.BitsAndBytesConfig",
+        "transformers.utils.quantization_config.BitsAndBytesConfig",
+    ),
+    "TrainingArguments": (
+        "transformers.TrainingArguments",
+        "transformers.training_args.TrainingArguments",
+        "transformers.Seq2SeqTrainingArguments",
+        "trl.SFTConfig",
+        "trl.DPOConfig",
+        "trl.GRPOConfig",
+        "trl.trainer.sft_config.SFTConfig",
+    ),
+    "Trainer": ("transformers.Trainer", "transformers.trainer.Trainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.GRPOTrainer"),
+    "Accelerator": ("accelerate.Accelerator", "accelerate.accelerator.Accelerator"),
+    "FullyShardedDataParallelPlugin": (
+        "accelerate.FullyShardedDataParallelPlugin",
+        "accelerate.utils.FullyShardedDataParallelPlugin",
+        "accelerate.utils.dataclasses.FullyShardedDataParallelPlugin",
+    ),
+}
+
+# Prefixes whose calls build an optimizer over the given params.
+OPTIMIZER_PREFIXES = ("torch.optim.", "bitsandbytes.optim.", "transformers.optimization.", "torchao.optim.")
+OPTIMIZER_EXCLUDE = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+
+# Modules whose `X.from_pretrained` / `X.from_config` load a model.
+MODEL_LOADER_PREFIXES = ("transformers.", "peft.AutoPeftModel")
+MODEL_LOADER_METHODS = ("from_pretrained", "from_config")
+
+# Names that the analysis and the pre-filter look for; a file mentioning none is skipped.
+TRIGGER_WORDS = (
+    "fsdp", "FSDP", "fully_shard", "FullyShard", "peft", "lora", "Lora", "LoRA",
+    "bitsandbytes", "BitsAndBytes", "load_in_4bit", "load_in_8bit", "accelerate", "Accelerator",
+    "gradient_checkpointing", "Trainer", "TrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig",
+    "DistributedDataParallel", "init_process_group", "clip_grad_norm_", "device_mesh",
+)
+
+_BY_NAME: dict[str, str] = {q: api for api, names in QUALIFIED.items() for q in names}
+
+
+def api_of(qualified: str | None) -> str | None:
+    """The API id for a fully qualified name, or None."""
+    if not qualified:
+        return None
+    api = _BY_NAME.get(qualified)
+    if api:
+        return api
+    if qualified.startswith(OPTIMIZER_PREFIXES) and not qualified.startswith(OPTIMIZER_EXCLUDE):
+        last = qualified.rsplit(".", 1)[-1]
+        if last[:1].isupper() and "Scheduler" not in last and last not in ("Optimizer",):
+            return "optimizer"
+    head, _, method = qualified.rpartition(".")
+    if method in MODEL_LOADER_METHODS and head.startswith(MODEL_LOADER_PREFIXES):
+        cls = head.rsplit(".", 1)[-1]
+        if "Config" not in cls and "Tokenizer" not in cls and "Processor" not in cls:
+            return "load_model"
+    return None
+
+
+# torch releases that moved or added APIs (see the rule catalog for citations).
+FULLY_SHARD_PUBLIC_PATH_SINCE = "2.6"   # torch.distributed.fsdp.fully_shard
+FULLY_SHARD_IGNORED_PARAMS_SINCE = "2.7"
+PEFT_TARGET_PARAMETERS_SINCE = "0.17.0"
+BNB_QUANT_STORAGE_SINCE = "0.43.0"

@@ -1,0 +1,284 @@
+"""Build the model on the meta device: transformers config or factory, bnb quantization, real peft LoRA."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from fsdplint.audit.env import load_stack, quiet
+from fsdplint.audit.spec import AuditInputError, AuditSpec
+
+
+@dataclass
+class TargetCoverage:
+    """How many modules (or expert parameters) one LoRA target name reached."""
+
+    target: str
+    modules: int
+    note: str = ""
+
+
+@dataclass
+class BuildProblem:
+    """A peft/transformers error that becomes a finding rather than a crash."""
+
+    code: str
+    message: str
+    field: Optional[str] = None
+
+
+@dataclass
+class Built:
+    model: Any  # what FSDP wraps: the peft model when LoRA was applied
+    base: Any  # the transformers (or factory) model
+    dtype: Any
+    architecture: str
+    no_split_modules: list[str]
+    quantized: Optional[str] = None  # "4bit" | "8bit"
+    quant_storage: Any = None
+    quant_config: Any = None
+    lora_config: Any = None
+    lora_applied: bool = False
+    coverage: list[TargetCoverage] = field(default_factory=list)
+    # The LoRA target names the user wrote (before peft's MoE remapping).
+    user_targets: Any = None
+    problems: list[BuildProblem] = field(default_factory=list)
+    # peft's own count, for the summary and to cross-check ours.
+    peft_trainable: Optional[int] = None
+
+
+def build_model(spec: AuditSpec) -> Built:
+    load_stack()
+    import torch
+
+    with quiet():
+        base, arch = _construct(spec)
+        dtype = next((p.dtype for p in base.parameters() if p.is_floating_point()), torch.float32)
+        built = Built(model=base, base=base, dtype=dtype, architecture=arch,
+                      no_split_modules=list(getattr(base, "_no_split_modules", None) or []))
+        if spec.quantization:
+            _quantize(spec, built)
+        if spec.lora is not None:
+            _apply_lora(spec, built)
+    return built
+
+
+def torch_dtype(name: Optional[str]):
+    import torch
+
+    return getattr(torch, name) if name else None
+
+
+def _construct(spec: AuditSpec):
+    import torch
+
+    if spec.factory:
+        return _from_factory(spec), spec.factory
+    import transformers
+    from transformers import AutoConfig
+
+    cfg = dict(spec.config)
+    if "auto_map" in cfg and not spec.trust_remote_code:
+        raise AuditInputError(
+            f"{spec.model_source}: this config needs custom model code ('auto_map'); "
+            f"pass --trust-remote-code to allow running it"
+        )
+    archs = cfg.get("architectures") or []
+    model_type = cfg.pop("model_type", None) or _model_type_for(archs, spec)
+    dtype = torch_dtype(spec.dtype) or _config_dtype(cfg) or torch.float32
+    for k in ("torch_dtype", "dtype", "quantization_config", "transformers_version", "_name_or_path"):
+        cfg.pop(k, None)
+    try:
+        config = AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError, TypeError) as e:
+        raise AuditInputError(f"{spec.model_source}: cannot build the config: {_one_line(e)}") from None
+    cls = getattr(transformers, archs[0], None) if archs else None
+    with torch.device("meta"):
+        try:
+            if cls is not None and hasattr(cls, "_from_config"):
+                model = cls._from_config(config, dtype=dtype)
+            else:
+                model = transformers.AutoModelForCausalLM.from_config(
+                    config, dtype=dtype, trust_remote_code=spec.trust_remote_code)
+        except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
+            raise AuditInputError(f"{spec.model_source}: cannot build {archs[0] if archs else model_type}: "
+                                  f"{_one_line(e)}") from None
+    return model, (archs[0] if archs else type(model).__name__)
+
+
+def _model_type_for(archs: list[str], spec: AuditSpec) -> str:
+    from transformers.models.auto import modeling_auto
+
+    for name in dir(modeling_auto):
+        table = getattr(modeling_auto, name)
+        if name.endswith("_MAPPING_NAMES") and isinstance(table, dict):
+            for mt, cls in table.items():
+                if cls in archs or (isinstance(cls, tuple) and set(cls) & set(archs)):
+                    return mt
+    raise AuditInputError(f"{spec.model_source}: no 'model_type', and architectures {archs} are unknown "
+                          f"to transformers")
+
+
+def _config_dtype(cfg: dict):
+    name = cfg.get("dtype") or cfg.get("torch_dtype")
+    if isinstance(name, str) and name.replace("torch.", "") in ("float32", "float16", "bfloat16"):
+        return torch_dtype(name.replace("torch.", ""))
+    return None
+
+
+def _from_factory(spec: AuditSpec):
+    import torch
+
+    modname, funcname = spec.factory.split(":")
+    added = str(spec.base_dir)
+    sys.path.insert(0, added)
+    try:
+        try:
+            module = importlib.import_module(modname)
+        except ImportError as e:
+            raise AuditInputError(f"{spec.filename}: model.factory: cannot import {modname!r}: {e}") from None
+        func = module
+        for part in funcname.split("."):
+            func = getattr(func, part, None)
+        if not callable(func):
+            raise AuditInputError(f"{spec.filename}: model.factory: {spec.factory!r} is not a function")
+        with torch.device("meta"):
+            model = func(**spec.factory_kwargs)
+    finally:
+        if added in sys.path:
+            sys.path.remove(added)
+    if not isinstance(model, torch.nn.Module):
+        raise AuditInputError(f"{spec.filename}: model.factory: {spec.factory} returned "
+                              f"{type(model).__name__}, not a torch.nn.Module")
+    if spec.dtype:
+        model = model.to(torch_dtype(spec.dtype))
+    return model
+
+
+def _quantize(spec: AuditSpec, built: Built) -> None:
+    """Swap linears for bitsandbytes modules the way `from_pretrained` does, on meta."""
+    import torch
+    from transformers import BitsAndBytesConfig
+    from transformers.quantizers import AutoHfQuantizer
+
+    q = dict(spec.quantization)
+    for k in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype"):
+        if isinstance(q.get(k), str):
+            q[k] = getattr(torch, q[k].replace("torch.", ""))
+    try:
+        bnb_config = BitsAndBytesConfig(**q)
+    except (TypeError, ValueError) as e:
+        raise AuditInputError(f"{spec.filename}: quantization: {_one_line(e)}") from None
+    if spec.factory:
+        from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+
+        built.model = built.base = replace_with_bnb_linear(built.base, quantization_config=bnb_config)
+        if bnb_config.load_in_4bit:
+            built.base.is_loaded_in_4bit = True
+        else:
+            built.base.is_loaded_in_8bit = True
+    else:
+        quantizer = AutoHfQuantizer.from_config(bnb_config)
+        quantizer.preprocess_model(built.base, device_map={"": "cpu"}, dtype=built.dtype)
+        quantizer.postprocess_model(built.base)
+    built.quant_config = bnb_config
+    built.quantized = "4bit" if bnb_config.load_in_4bit else "8bit"
+    built.quant_storage = bnb_config.bnb_4bit_quant_storage if bnb_config.load_in_4bit else torch.int8
+
+
+def _lora_kwargs(spec: AuditSpec) -> dict:
+    import peft
+
+    fields = {f.name for f in dataclasses.fields(peft.LoraConfig)}
+    raw = dict(spec.lora)
+    # adapter_config.json carries bookkeeping keys that are not LoraConfig arguments.
+    for k in ("peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping",
+              "peft_version"):
+        raw.pop(k, None)
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise AuditInputError(f"{spec.filename}: lora: unknown LoraConfig field {unknown[0]!r}")
+    if isinstance(raw.get("target_modules"), list) and not raw["target_modules"]:
+        raise AuditInputError(f"{spec.filename}: lora.target_modules: empty list")
+    return raw
+
+
+def _apply_lora(spec: AuditSpec, built: Built) -> None:
+    import peft
+
+    kwargs = _lora_kwargs(spec)
+    try:
+        config = peft.LoraConfig(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise AuditInputError(f"{spec.filename}: lora: {_one_line(e)}") from None
+    built.lora_config = config
+    built.user_targets = _as_targets(config.target_modules)
+    try:
+        model = peft.get_peft_model(built.base, config)
+    except ValueError as e:
+        # peft's own refusals (nothing matched, fused experts...) are findings, not crashes.
+        built.problems.append(_classify_peft_error(e, config))
+        for p in built.base.parameters():
+            p.requires_grad_(False)
+        built.coverage = [TargetCoverage(t, 0) for t in (built.user_targets or [])]
+        return
+    built.model = model
+    built.lora_applied = True
+    built.peft_trainable = model.get_nb_trainable_parameters()[0]
+    built.coverage = _coverage(model, built.user_targets, model.peft_config["default"])
+
+
+def _as_targets(tm) -> Optional[list[str]]:
+    if tm is None:
+        return None
+    if isinstance(tm, str):
+        return [tm]
+    return sorted(tm)
+
+
+def _classify_peft_error(e: Exception, config) -> BuildProblem:
+    msg = _one_line(e)
+    low = msg.lower()
+    if "fused" in low or "expert" in low:
+        return BuildProblem("FSDP301", f"peft refused the LoRA targets: {msg}", "lora.target_modules")
+    if "target" in low:
+        return BuildProblem("FSDP113", f"peft refused the LoRA targets: {msg}", "lora.target_modules")
+    raise AuditInputError(f"peft could not apply the LoRA config: {msg}")
+
+
+def _coverage(model, targets: Optional[list[str]], final_config) -> list[TargetCoverage]:
+    """Per target name: the LoRA layers peft created whose module name it matches."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    prefix = "base_model.model."
+    layers = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, BaseTunerLayer) and not name.endswith(".base_layer"):
+            layers.append(name[len(prefix):] if name.startswith(prefix) else name)
+    if not targets:
+        return []
+    final_modules = _as_targets(final_config.target_modules) or []
+    converted = set(targets) - set(final_modules) if getattr(final_config, "target_parameters", None) else set()
+    out = []
+    for t in targets:
+        if t == "all-linear" or (len(targets) == 1 and isinstance(final_config.target_modules, str)
+                                 and t == final_config.target_modules):
+            n = sum(1 for k in layers if t == "all-linear" or re.fullmatch(t, k))
+            out.append(TargetCoverage(t, n, "all linear layers" if t == "all-linear" else "regex"))
+            continue
+        n = sum(1 for k in layers if k == t or k.endswith("." + t))
+        note = ""
+        if n == 0 and t in converted:
+            n = sum(1 for k in layers if k.endswith(".experts") or ".experts." in k)
+            note = "peft converted it to target_parameters (fused experts)"
+        out.append(TargetCoverage(t, n, note))
+    return out
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 400 else text[:397] + "..."

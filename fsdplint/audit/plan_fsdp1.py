@@ -1,0 +1,161 @@
+"""Compute (not execute) the FSDP1 plan with torch's own wrap-policy and flattening code.
+
+`FullyShardedDataParallel` refuses to construct without an accelerator, so the plan is
+derived the way its `__init__` derives it: the auto-wrap policy picks the units
+(`_Policy._run_policy`, or `_recursive_wrap` for callable policies such as peft's
+`fsdp_auto_wrap_policy`), each unit claims its not-yet-claimed parameters in post-order
+into one flat parameter, and FSDP1's own checks run on each flat parameter.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+
+from fsdplint.audit.build import _one_line
+from fsdplint.audit.params import ParamInfo
+from fsdplint.audit.plan import Plan, PlanProblem, Unit, wrap_modules
+from fsdplint.audit.spec import AuditSpec
+
+
+def _units_from_policy(model, wrap_classes, spec: AuditSpec, ignored_params) -> tuple[set, list[str]]:
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, _recursive_wrap, size_based_auto_wrap_policy
+
+    policy_name = spec.fsdp.auto_wrap_policy
+    unmatched: list[str] = []
+    if policy_name == "none":
+        return set(), unmatched
+    if policy_name == "transformer":
+        mods, unmatched = wrap_modules(model, wrap_classes)
+        classes = {type(m) for _, m in mods}
+        return set(ModuleWrapPolicy(classes)._run_policy(model, set(), {}).keys()), unmatched
+    if policy_name == "peft":
+        from peft.utils.other import fsdp_auto_wrap_policy
+
+        old = os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP")
+        os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = ",".join(wrap_classes)
+        try:
+            policy = fsdp_auto_wrap_policy(model)
+        finally:
+            if old is None:
+                os.environ.pop("FSDP_TRANSFORMER_CLS_TO_WRAP", None)
+            else:
+                os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = old
+    else:
+        policy = functools.partial(size_based_auto_wrap_policy, min_num_params=spec.fsdp.min_num_params)
+    chosen = []
+
+    def record(module, **kwargs):  # stands in for the FSDP wrapper class: wraps nothing
+        chosen.append(module)
+        return module
+
+    _recursive_wrap(model, policy, record, ignored_modules=set(), ignored_params=ignored_params,
+                    only_wrap_children=True)
+    return set(chosen), unmatched
+
+
+def plan_fsdp1(model, params: list[ParamInfo], wrap_classes: list[str], spec: AuditSpec) -> Plan:
+    import torch
+    from torch.distributed.fsdp._flat_param import FlatParamHandle
+    from torch.distributed.fsdp._wrap_utils import _get_managed_param_to_fqn, _get_post_order_named_modules
+
+    ws = spec.fsdp.world_size
+    use_orig = spec.fsdp.use_orig_params
+    info_of = {id(p.obj): p for p in params}
+    ignored = [p for p in params if p.ignored]
+    ignored_objs = {p.obj for p in ignored}
+    chosen, unmatched = _units_from_policy(model, wrap_classes, spec, ignored_objs)
+    chosen.add(model)  # the root is always a unit
+
+    units, problems, claimed = [], [], set()
+    managed_by: dict[int, list[str]] = {}
+    visited: set = set()
+    for mname, mod in _get_post_order_named_modules(model):
+        if mod not in chosen:
+            continue
+        param_to_fqn = _get_managed_param_to_fqn(mod, ignored_objs, visited, mname)
+        unit = Unit(name=mname, cls=type(mod).__name__, params=[])
+        for p in param_to_fqn:
+            managed_by.setdefault(id(p), []).append(unit.label)
+            if id(p) in claimed:  # already flattened into an inner unit
+                continue
+            claimed.add(id(p))
+            unit.params.append(info_of[id(p)])
+        problem = _check_unit(unit, use_orig, FlatParamHandle, torch)
+        if problem:
+            problems.append(problem)
+        _account(unit, ws, use_orig, spec)
+        units.append(unit)
+    split = [(info_of[i], holders) for i, holders in managed_by.items() if len(holders) > 1]
+    mp = spec.fsdp.mixed_precision or {}
+    from fsdplint.audit.build import torch_dtype
+
+    return Plan(
+        version=1, world_size=ws, executed=False, units=units, wrap_classes=list(wrap_classes),
+        wrap_unmatched=unmatched, ignored=ignored, unmanaged=[], split_shared=split, problems=problems,
+        param_dtype=torch_dtype(mp.get("param_dtype")), reduce_dtype=torch_dtype(mp.get("reduce_dtype")),
+        use_orig_params=use_orig, policy=spec.fsdp.auto_wrap_policy,
+    )
+
+
+def _check_unit(unit: Unit, use_orig: bool, FlatParamHandle, torch):
+    """FSDP1's checks for one unit, with torch's wording."""
+    if not unit.params:
+        return None
+    frozen = [p.fqn for p in unit.params if not p.requires_grad]
+    trainable = [p.fqn for p in unit.params if p.requires_grad]
+    if frozen and trainable and not use_orig:
+        # `_validate_frozen_params` (torch/distributed/fsdp/_wrap_utils.py) raises this first.
+        return PlanProblem(
+            "FSDP004",
+            f"{unit.label} has both parameters with requires_grad=True and False. FSDP does not "
+            f"support wrapping such modules when use_orig_params=False. If possible, wrap the frozen "
+            f"parameters with FSDP separately.",
+            unit.label,
+        )
+    # Stand-ins with the dtype the loaded weights will have (4-bit: the quant storage dtype).
+    stand_ins = []
+    for p in unit.params:
+        t = torch.empty(0, dtype=p.storage_dtype, device="meta")
+        if p.requires_grad and t.is_floating_point():
+            t.requires_grad_(True)
+        stand_ins.append(t)
+    handle = types.SimpleNamespace(_use_orig_params=use_orig)
+    try:
+        FlatParamHandle._validate_tensors_to_flatten(handle, stand_ins)
+    except ValueError as e:
+        quant = any(p.kind for p in unit.params)
+        return PlanProblem("FSDP202" if quant else "FSDP005", f"{unit.label}: {_one_line(e)}", unit.label)
+    return None
+
+
+def _account(unit: Unit, ws: int, use_orig: bool, spec: AuditSpec) -> None:
+    """Lay the unit's params out in one flat parameter and split it into `ws` equal chunks."""
+    ranges = []  # (start, end, requires_grad, itemsize)
+    total = 0
+    for p in unit.params:
+        item = p.storage_dtype.itemsize
+        if use_orig and total % max(1, 16 // item):
+            # use_orig_params=True aligns each original parameter to 16 bytes.
+            total += max(1, 16 // item) - total % max(1, 16 // item)
+        ranges.append((total, total + p.storage_numel, p.requires_grad, item))
+        total += p.storage_numel
+    chunk = -(-total // ws) if total else 0
+    item = unit.params[0].storage_dtype.itemsize if unit.params else 0
+    any_trainable = any(p.requires_grad for p in unit.params)
+    unit.param_bytes = [chunk * item] * ws
+    unit.local_param_bytes = [max(0, min(chunk, total - r * chunk)) * item for r in range(ws)]
+    unit.quant_bytes = [0] * ws
+    unit.trainable_elems, unit.trainable_bytes = [], []
+    for r in range(ws):
+        lo, hi = r * chunk, (r + 1) * chunk
+        elems = sum(max(0, min(hi, e) - max(lo, s)) for s, e, rg, _ in ranges if rg)
+        unit.trainable_elems.append(elems)
+        unit.trainable_bytes.append(elems * item)
+    # One FlatParameter has one .grad: with any trainable param the whole shard gets a gradient.
+    unit.grad_bytes = [chunk * item if any_trainable else 0] * ws
+    mp = spec.fsdp.mixed_precision or {}
+    cdt = mp.get("param_dtype")
+    citem = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(cdt, item) if cdt else item
+    unit.unsharded_bytes = chunk * ws * (citem if any(p.storage_dtype.is_floating_point for p in unit.params) else item)

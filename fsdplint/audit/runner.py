@@ -1,0 +1,116 @@
+"""Run one model audit: build on meta, plan FSDP, estimate memory, run the audit rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from fsdplint.audit.spec import AuditSpec, spec_from_dict
+
+
+@dataclass
+class AuditResult:
+    spec: AuditSpec
+    findings: list
+    summary: dict
+    coverage: list
+    plan: Any
+    memory: Any
+    torch_version: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.findings else 0
+
+
+def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
+    """Audit `spec`; `select` limits the rule codes that may report (None = all)."""
+    from fsdplint.audit.build import build_model
+    from fsdplint.audit.context import AuditContext
+    from fsdplint.audit.env import quiet
+    from fsdplint.audit.memory import estimate
+    from fsdplint.audit.params import collect_params, mark_ignored
+    from fsdplint.registry import all_rules
+
+    built = build_model(spec)
+    params = collect_params(built.model, built)
+    mark_ignored(params, spec.fsdp.ignored_params)
+    wrap = spec.fsdp.wrap if spec.fsdp.wrap is not None else built.no_split_modules
+    with quiet():
+        if spec.fsdp.version == 1:
+            from fsdplint.audit.plan_fsdp1 import plan_fsdp1
+
+            plan = plan_fsdp1(built.model, params, wrap, spec)
+        else:
+            from fsdplint.audit.plan_fsdp2 import plan_fsdp2
+
+            plan = plan_fsdp2(built.model, params, wrap, spec)
+    memory = estimate(plan)
+    tv, source = _target_torch(spec)
+    ctx = AuditContext(spec=spec, built=built, params=params, plan=plan, memory=memory,
+                       torch_version=tv, torch_version_source=source, selected=select)
+    for rule in all_rules():
+        if rule.has_audit() and (select is None or rule.code in select):
+            rule().audit(ctx)
+    findings = sorted(ctx.findings, key=lambda f: (f.severity.rank, f.code, f.message))
+    notes = []
+    if plan.version == 1:
+        notes.append("FSDP1 plan computed with torch's wrap-policy and flattening code, not executed "
+                     "(FullyShardedDataParallel needs an accelerator).")
+    else:
+        notes.append(f"FSDP2 plan executed: torch fully_shard on the meta model under a fake process group "
+                     f"of {plan.world_size} ranks.")
+    return AuditResult(spec=spec, findings=findings, summary=_summary(built, params, plan),
+                       coverage=built.coverage, plan=plan, memory=memory, torch_version=tv, notes=notes)
+
+
+def audit_from_dicts(model: Any, *, lora: Optional[dict] = None, quantization: Optional[dict] = None,
+                     fsdp: Optional[dict] = None, dtype: Optional[str] = None,
+                     gpu_memory: Any = None, filename: str = "<audit>",
+                     locations: Optional[dict] = None, select: Optional[set] = None) -> AuditResult:
+    """Audit from plain values, e.g. literals the static analysis found in a training script.
+
+    `model` is a config path, a config dict or {"factory": "module:function"}; `locations`
+    maps fields such as "lora.target_modules" to (row, col) so findings point at the script.
+    """
+    from pathlib import Path
+
+    data = {"model": model}
+    for key, value in (("lora", lora), ("quantization", quantization), ("fsdp", fsdp), ("dtype", dtype),
+                       ("gpu_memory", gpu_memory)):
+        if value is not None:
+            data[key] = value
+    base = Path(model).parent if isinstance(model, str) else Path.cwd()
+    spec = spec_from_dict(data, filename=filename, base_dir=base, locations=locations)
+    return run_audit(spec, select=select)
+
+
+def _target_torch(spec: AuditSpec) -> tuple[str, str]:
+    if spec.fsdp.torch:
+        return spec.fsdp.torch, "from the audit spec"
+    import torch
+
+    return torch.__version__.split("+")[0], "installed"
+
+
+def _summary(built, params, plan) -> dict:
+    from fsdplint.audit.params import dtype_name
+
+    total = sum(p.numel for p in params)
+    trainable = sum(p.numel for p in params if p.requires_grad)
+    return {
+        "architecture": built.architecture,
+        "dtype": dtype_name(built.dtype),
+        "quantization": built.quantized,
+        "quant_storage": dtype_name(built.quant_storage) if built.quant_storage is not None else None,
+        "lora": built.lora_applied,
+        "params": total,
+        "trainable_params": trainable,
+        "trainable_percent": 100.0 * trainable / total if total else 0.0,
+        "peft_trainable_params": built.peft_trainable,
+        "fsdp_version": plan.version,
+        "world_size": plan.world_size,
+        "wrap_classes": plan.wrap_classes,
+        "units": len(plan.units),
+    }

@@ -1,0 +1,457 @@
+"""Audit input: a Hugging Face `config.json` or an fsdplint audit spec (JSON or TOML).
+
+An audit spec bundles four sections::
+
+    {
+      "model": "llama3_8b.json",            # or an inline config dict, or
+                                             # {"factory": "pkg.module:function", "kwargs": {...}}
+      "dtype": "bfloat16",
+      "lora": {"r": 16, "target_modules": ["q_proj", "v_proj"]},   # or "adapter_config.json"
+      "quantization": {"load_in_4bit": true, "bnb_4bit_quant_storage": "bfloat16"},
+      "fsdp": {"version": 2, "world_size": 8, "wrap": ["LlamaDecoderLayer"],
+               "mixed_precision": {"param_dtype": "bfloat16"}, "ignored_params": "4bit"},
+      "gpu_memory": "80GiB"
+    }
+
+Parsing never imports torch: dtypes stay strings until the model is built.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from fsdplint.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class AuditInputError(UsageError):
+    """Malformed audit input; the message names the file and the field."""
+
+
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+_DTYPE_ALIASES = {
+    "fp32": "float32", "float": "float32", "float32": "float32", "torch.float32": "float32",
+    "fp16": "float16", "half": "float16", "float16": "float16", "torch.float16": "float16",
+    "bf16": "bfloat16", "bfloat16": "bfloat16", "torch.bfloat16": "bfloat16",
+    "fp64": "float64", "float64": "float64", "double": "float64", "torch.float64": "float64",
+}
+_STORAGE_DTYPES = dict(_DTYPE_ALIASES, uint8="uint8", **{"torch.uint8": "uint8"})
+
+SPEC_SECTIONS = ("model", "dtype", "lora", "quantization", "fsdp", "gpu_memory", "trust_remote_code")
+FSDP_KEYS = (
+    "version", "world_size", "wrap", "use_orig_params", "mixed_precision", "mp_policy", "ignored_params",
+    "reshard_after_forward", "shard_root", "auto_wrap_policy", "min_num_params", "torch",
+)
+FSDP1_POLICIES = {
+    "transformer_based_wrap": "transformer", "transformer": "transformer",
+    "size_based_wrap": "size", "size": "size",
+    "no_wrap": "none", "none": "none",
+    "peft": "peft", "fsdp_auto_wrap_policy": "peft",
+}
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 10**3, "m": 10**6, "g": 10**9}
+
+
+@dataclass
+class FsdpSpec:
+    version: int = 2
+    world_size: int = 8
+    # Class names of the modules that become units; None = the model's `_no_split_modules`.
+    wrap: Optional[list[str]] = None
+    use_orig_params: bool = False
+    # {"param_dtype": ..., "reduce_dtype": ...} as dtype names, or None.
+    mixed_precision: Optional[dict[str, Optional[str]]] = None
+    # None, "4bit" (every bitsandbytes 4-bit param) or a list of fnmatch patterns over param names.
+    ignored_params: Any = None
+    reshard_after_forward: Optional[bool] = None
+    shard_root: bool = True
+    # FSDP1 only: "transformer" (default), "size", "none", "peft".
+    auto_wrap_policy: str = "transformer"
+    min_num_params: int = 100_000_000
+    # Target torch version for version-dependent checks; None = the installed torch.
+    torch: Optional[str] = None
+
+
+@dataclass
+class AuditSpec:
+    """A validated audit request. `filename` is where findings point."""
+
+    filename: str
+    # Exactly one of `config` (a Hugging Face config dict) and `factory` ("module:function").
+    config: Optional[dict] = None
+    factory: Optional[str] = None
+    factory_kwargs: dict = field(default_factory=dict)
+    base_dir: Path = field(default_factory=Path.cwd)
+    dtype: Optional[str] = None
+    trust_remote_code: bool = False
+    lora: Optional[dict] = None
+    quantization: Optional[dict] = None
+    fsdp: FsdpSpec = field(default_factory=FsdpSpec)
+    gpu_memory: Optional[int] = None
+    # The source text, to point findings at the line of a key.
+    text: str = ""
+    # Known positions of fields, e.g. {"lora.target_modules": (12, 5)} from a training script.
+    locations: dict = field(default_factory=dict)
+    # Where the "model" config came from (for the report).
+    model_source: str = ""
+
+    def position_of(self, fieldpath: Optional[str]) -> tuple[int, int]:
+        """(row, col) of a dotted field such as "lora.target_modules"; (1, 1) when unknown."""
+        if not fieldpath:
+            return (1, 1)
+        parts = fieldpath.split(".")
+        for n in range(len(parts), 0, -1):
+            key = ".".join(parts[:n])
+            if key in self.locations:
+                return tuple(self.locations[key])
+        return _locate_key(self.text, parts) if self.text else (1, 1)
+
+
+def _locate_key(text: str, parts: list[str]) -> tuple[int, int]:
+    """Find a (possibly nested) key in JSON or TOML text; falls back to the outer key."""
+    lines = text.splitlines()
+    start, found = 0, (1, 1)
+    for part in parts:
+        pat = re.compile(
+            r'(?:"%s"\s*:)|(?:^\s*%s\s*=)|(?:^\s*\[(?:[\w.]+\.)?%s\]\s*$)' % ((re.escape(part),) * 3)
+        )
+        for i in range(start, len(lines)):
+            m = pat.search(lines[i])
+            if m:
+                col = m.start() + (len(lines[i][m.start():]) - len(lines[i][m.start():].lstrip()))
+                found, start = (i + 1, col + 1), i + 1
+                break
+        else:
+            break
+    return found
+
+
+def parse_size(value: Any, where: str) -> int:
+    """'80GiB', '80 GB', 80e9 -> bytes."""
+    if isinstance(value, bool):
+        raise AuditInputError(f"{where}: expected a memory size such as 80GiB, got {value!r}")
+    if isinstance(value, (int, float)):
+        return int(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise AuditInputError(f"{where}: expected a memory size such as 80GiB, got {value!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def normalize_dtype(value: Any, where: str, *, storage: bool = False) -> str:
+    table = _STORAGE_DTYPES if storage else _DTYPE_ALIASES
+    name = str(value).strip().lower()
+    if name not in table:
+        allowed = ", ".join(sorted(set(table.values())))
+        raise AuditInputError(f"{where}: unknown dtype {value!r} (expected one of {allowed})")
+    return table[name]
+
+
+def _read_mapping(path: Path, what: str) -> tuple[dict, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AuditInputError(f"{path}: {what} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise AuditInputError(f"{path}: cannot read {what}: {e}") from None
+    if path.suffix.lower() == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise AuditInputError(f"{path}: invalid TOML: {e}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise AuditInputError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise AuditInputError(f"{path}: expected a JSON object / TOML table at top level")
+    return data, text
+
+
+def is_hf_config(data: Mapping) -> bool:
+    return "model" not in data and ("model_type" in data or "architectures" in data)
+
+
+def load_spec(path: str | Path, overrides: Optional[Mapping[str, Any]] = None) -> AuditSpec:
+    """Read CONFIG (HF config.json or audit spec), apply CLI overrides, validate."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    data, text = _read_mapping(path, "config")
+    if is_hf_config(data):
+        raw = {"model": data}
+        if "quantization_config" in data:
+            raw["quantization"] = data["quantization_config"]
+        spec = spec_from_dict(raw, filename=str(path), base_dir=path.parent, text=text,
+                              model_source=str(path))
+    elif any(k in data for k in SPEC_SECTIONS):
+        spec = spec_from_dict(data, filename=str(path), base_dir=path.parent, text=text)
+    else:
+        raise AuditInputError(
+            f"{path}: neither a Hugging Face config (no 'model_type'/'architectures') "
+            f"nor an fsdplint audit spec (no 'model' section)"
+        )
+    if overrides:
+        apply_overrides(spec, overrides)
+    return spec
+
+
+def spec_from_dict(data: Mapping, *, filename: str = "<spec>", base_dir: Optional[Path] = None,
+                   text: str = "", model_source: str = "", locations: Optional[dict] = None) -> AuditSpec:
+    """Validate an audit-spec dict (the shape of the JSON file) into an AuditSpec."""
+    data = copy.deepcopy(dict(data))
+    base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+    where = filename
+    unknown = sorted(set(data) - set(SPEC_SECTIONS))
+    if unknown:
+        raise AuditInputError(
+            f"{where}: unknown section {unknown[0]!r} (expected {', '.join(SPEC_SECTIONS)})"
+        )
+    spec = AuditSpec(filename=filename, base_dir=base_dir, text=text, locations=dict(locations or {}))
+    _parse_model(spec, data.get("model"), model_source)
+    if "dtype" in data and data["dtype"] is not None:
+        spec.dtype = normalize_dtype(data["dtype"], f"{where}: dtype")
+    spec.trust_remote_code = _bool(data.get("trust_remote_code", False), f"{where}: trust_remote_code")
+    spec.lora = _parse_lora(data.get("lora"), where, base_dir)
+    spec.quantization = _parse_quant(data.get("quantization"), where)
+    spec.fsdp = _parse_fsdp(data.get("fsdp") or {}, where)
+    if data.get("gpu_memory") is not None:
+        spec.gpu_memory = parse_size(data["gpu_memory"], f"{where}: gpu_memory")
+    return spec
+
+
+def _bool(v: Any, where: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise AuditInputError(f"{where}: expected true or false, got {v!r}")
+
+
+def _int(v: Any, where: str, minimum: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise AuditInputError(f"{where}: expected an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _parse_model(spec: AuditSpec, model: Any, model_source: str) -> None:
+    where = f"{spec.filename}: model"
+    if model is None:
+        raise AuditInputError(f"{spec.filename}: missing 'model' section (a config path, a config dict "
+                              f"or a factory)")
+    if isinstance(model, str):
+        model = {"config": model}
+    if not isinstance(model, dict):
+        raise AuditInputError(f"{where}: expected a path, a config object or a factory, got {model!r}")
+    if "model_type" in model or "architectures" in model:
+        model = {"config": model}
+    unknown = sorted(set(model) - {"config", "factory", "kwargs", "dtype", "trust_remote_code"})
+    if unknown:
+        raise AuditInputError(f"{where}: unknown key {unknown[0]!r} (expected config, factory, kwargs, "
+                              f"dtype, trust_remote_code)")
+    if ("config" in model) == ("factory" in model):
+        raise AuditInputError(f"{where}: give exactly one of 'config' and 'factory'")
+    if "factory" in model:
+        fac = model["factory"]
+        if not isinstance(fac, str) or not re.fullmatch(r"[\w.]+:[\w.]+", fac):
+            raise AuditInputError(f"{where}.factory: expected 'package.module:function', got {fac!r}")
+        spec.factory = fac
+        kwargs = model.get("kwargs", {})
+        if not isinstance(kwargs, dict):
+            raise AuditInputError(f"{where}.kwargs: expected an object, got {kwargs!r}")
+        spec.factory_kwargs = kwargs
+        spec.model_source = model_source or fac
+    else:
+        cfg = model["config"]
+        if isinstance(cfg, str):
+            p = Path(cfg)
+            if not p.is_absolute():
+                p = spec.base_dir / p
+            if p.is_dir():
+                p = p / "config.json"
+            cfg, _ = _read_mapping(p, "model config")
+            spec.model_source = str(p)
+        elif isinstance(cfg, dict):
+            spec.model_source = model_source or "inline config"
+        else:
+            raise AuditInputError(f"{where}.config: expected a path or an object, got {cfg!r}")
+        if "model_type" not in cfg and "architectures" not in cfg:
+            raise AuditInputError(f"{spec.model_source}: not a Hugging Face config "
+                                  f"(no 'model_type' or 'architectures')")
+        spec.config = cfg
+    if model.get("dtype") is not None:
+        spec.dtype = normalize_dtype(model["dtype"], f"{where}.dtype")
+    if "trust_remote_code" in model:
+        spec.trust_remote_code = _bool(model["trust_remote_code"], f"{where}.trust_remote_code")
+
+
+def _parse_lora(lora: Any, where: str, base_dir: Path) -> Optional[dict]:
+    if lora is None or lora is False:
+        return None
+    if lora is True:
+        return {}
+    if isinstance(lora, str):
+        p = Path(lora)
+        if not p.is_absolute():
+            p = base_dir / p
+        if p.is_dir():
+            p = p / "adapter_config.json"
+        lora, _ = _read_mapping(p, "adapter config")
+        peft_type = str(lora.get("peft_type", "LORA")).upper()
+        if peft_type != "LORA":
+            raise AuditInputError(f"{p}: peft_type {peft_type!r} is not supported (only LORA)")
+    if not isinstance(lora, dict):
+        raise AuditInputError(f"{where}: lora: expected LoraConfig fields or a path, got {lora!r}")
+    return dict(lora)
+
+
+def _parse_quant(q: Any, where: str) -> Optional[dict]:
+    if q is None or q is False or q == "none":
+        return None
+    if q in ("4bit", "8bit"):
+        return {"load_in_4bit": True} if q == "4bit" else {"load_in_8bit": True}
+    if not isinstance(q, dict):
+        raise AuditInputError(f"{where}: quantization: expected BitsAndBytesConfig fields, '4bit', '8bit' "
+                              f"or 'none', got {q!r}")
+    q = dict(q)
+    method = q.pop("quant_method", "bitsandbytes")
+    if str(method).lower() != "bitsandbytes":
+        raise AuditInputError(f"{where}: quantization: quant_method {method!r} is not supported "
+                              f"(only bitsandbytes)")
+    # Keys transformers writes into config.json but BitsAndBytesConfig does not take.
+    for k in ("_load_in_4bit", "_load_in_8bit"):
+        q.pop(k, None)
+    if not (q.get("load_in_4bit") or q.get("load_in_8bit")):
+        return None
+    if "bnb_4bit_quant_storage" in q and q["bnb_4bit_quant_storage"] is not None:
+        q["bnb_4bit_quant_storage"] = normalize_dtype(
+            q["bnb_4bit_quant_storage"], f"{where}: quantization.bnb_4bit_quant_storage", storage=True)
+    return q
+
+
+def _parse_fsdp(f: Any, where: str) -> FsdpSpec:
+    if not isinstance(f, dict):
+        raise AuditInputError(f"{where}: fsdp: expected an object, got {f!r}")
+    unknown = sorted(set(f) - set(FSDP_KEYS))
+    if unknown:
+        raise AuditInputError(f"{where}: fsdp: unknown key {unknown[0]!r} (expected {', '.join(FSDP_KEYS)})")
+    s = FsdpSpec()
+    w = f"{where}: fsdp"
+    if "version" in f:
+        if f["version"] not in (1, 2, "1", "2"):
+            raise AuditInputError(f"{w}.version: expected 1 or 2, got {f['version']!r}")
+        s.version = int(f["version"])
+    if "world_size" in f:
+        s.world_size = _int(f["world_size"], f"{w}.world_size")
+    if "wrap" in f and f["wrap"] is not None:
+        wrap = f["wrap"]
+        if isinstance(wrap, str):
+            wrap = [c.strip() for c in wrap.split(",") if c.strip()]
+        if not isinstance(wrap, list) or not all(isinstance(c, str) for c in wrap):
+            raise AuditInputError(f"{w}.wrap: expected a list of module class names, got {wrap!r}")
+        s.wrap = wrap
+    if "use_orig_params" in f:
+        s.use_orig_params = _bool(f["use_orig_params"], f"{w}.use_orig_params")
+    mp = f.get("mixed_precision", f.get("mp_policy"))
+    if mp is not None:
+        if isinstance(mp, str):
+            mp = {"param_dtype": mp}
+        if not isinstance(mp, dict) or set(mp) - {"param_dtype", "reduce_dtype", "buffer_dtype",
+                                                  "output_dtype", "cast_forward_inputs"}:
+            raise AuditInputError(f"{w}.mixed_precision: expected {{param_dtype, reduce_dtype}}, got {mp!r}")
+        s.mixed_precision = {
+            k: (normalize_dtype(mp[k], f"{w}.mixed_precision.{k}") if mp.get(k) is not None else None)
+            for k in ("param_dtype", "reduce_dtype")
+        }
+    if f.get("ignored_params") is not None:
+        ig = f["ignored_params"]
+        if isinstance(ig, str) and ig.lower() in ("4bit", "params4bit"):
+            ig = "4bit"
+        elif isinstance(ig, str):
+            ig = [ig]
+        if ig != "4bit" and not (isinstance(ig, list) and all(isinstance(x, str) for x in ig)):
+            raise AuditInputError(f"{w}.ignored_params: expected \"4bit\" or a list of parameter name "
+                                  f"patterns, got {f['ignored_params']!r}")
+        s.ignored_params = ig
+    if f.get("reshard_after_forward") is not None:
+        s.reshard_after_forward = _bool(f["reshard_after_forward"], f"{w}.reshard_after_forward")
+    if "shard_root" in f:
+        s.shard_root = _bool(f["shard_root"], f"{w}.shard_root")
+    if f.get("auto_wrap_policy") is not None:
+        key = str(f["auto_wrap_policy"]).lower()
+        if key not in FSDP1_POLICIES:
+            raise AuditInputError(f"{w}.auto_wrap_policy: expected one of TRANSFORMER_BASED_WRAP, "
+                                  f"SIZE_BASED_WRAP, NO_WRAP, peft; got {f['auto_wrap_policy']!r}")
+        s.auto_wrap_policy = FSDP1_POLICIES[key]
+    if "min_num_params" in f:
+        s.min_num_params = _int(f["min_num_params"], f"{w}.min_num_params")
+    if f.get("torch") is not None:
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", str(f["torch"])):
+            raise AuditInputError(f"{w}.torch: expected a version such as 2.6, got {f['torch']!r}")
+        s.torch = str(f["torch"])
+    return s
+
+
+def apply_overrides(spec: AuditSpec, o: Mapping[str, Any]) -> None:
+    """CLI flags win over the file. Keys: see `fsdplint.audit.cli`."""
+    where = "command line"
+    if o.get("trust_remote_code"):
+        spec.trust_remote_code = True
+    if o.get("dtype"):
+        spec.dtype = normalize_dtype(o["dtype"], f"{where}: --dtype")
+    if o.get("no_lora"):
+        spec.lora = None
+    if o.get("lora") is not None:
+        val = o["lora"]
+        if val == "default":
+            spec.lora = spec.lora if spec.lora is not None else {}
+        elif val.lstrip().startswith("{"):
+            try:
+                spec.lora = json.loads(val)
+            except json.JSONDecodeError as e:
+                raise AuditInputError(f"{where}: --lora: invalid JSON: {e.msg}") from None
+            if not isinstance(spec.lora, dict):
+                raise AuditInputError(f"{where}: --lora: expected a JSON object")
+        else:
+            spec.lora = _parse_lora(val, where, Path.cwd())
+    if o.get("target_modules"):
+        spec.lora = dict(spec.lora or {})
+        tm = o["target_modules"]
+        spec.lora["target_modules"] = tm if tm == "all-linear" else [t.strip() for t in tm.split(",") if t.strip()]
+        spec.locations.setdefault("lora.target_modules", (1, 1))
+    if o.get("r") is not None:
+        spec.lora = dict(spec.lora or {})
+        spec.lora["r"] = o["r"]
+    if o.get("quant"):
+        if o["quant"] == "none":
+            spec.quantization = None
+        else:
+            keep = dict(spec.quantization or {})
+            keep.pop("load_in_4bit", None)
+            keep.pop("load_in_8bit", None)
+            keep.update(_parse_quant(o["quant"], where))
+            spec.quantization = keep
+    if o.get("quant_storage"):
+        if not spec.quantization:
+            spec.quantization = {"load_in_4bit": True}
+        spec.quantization["bnb_4bit_quant_storage"] = normalize_dtype(
+            o["quant_storage"], f"{where}: --quant-storage", storage=True)
+    if o.get("fsdp") is not None:
+        spec.fsdp.version = int(o["fsdp"])
+    if o.get("world_size") is not None:
+        spec.fsdp.world_size = _int(o["world_size"], f"{where}: --world-size")
+    if o.get("wrap"):
+        spec.fsdp.wrap = [c.strip() for c in o["wrap"].split(",") if c.strip()]
+    if o.get("use_orig_params") is not None:
+        spec.fsdp.use_orig_params = bool(o["use_orig_params"])
+    if o.get("gpu_memory") is not None:
+        spec.gpu_memory = parse_size(o["gpu_memory"], f"{where}: --gpu-memory")

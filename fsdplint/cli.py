@@ -1,0 +1,403 @@
+"""Command line: `fsdplint [PATH]...` (lint), `fsdplint rule CODE`, `fsdplint rules`, `fsdplint model CFG`.
+
+Exit codes as ruff: 0 nothing left to report, 1 findings left, 2 usage or internal error.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from pathlib import Path
+from typing import Iterable, Optional
+
+import click
+
+from fsdplint import __version__
+from fsdplint.errors import FsdplintError, UsageError
+
+FORMATS = ("concise", "full", "json", "json-lines", "github", "sarif", "junit")
+SUBCOMMANDS = ("check", "rule", "rules", "model", "version")
+
+
+class DefaultGroup(click.Group):
+    """`fsdplint train.py` means `fsdplint check train.py`."""
+
+    def parse_args(self, ctx, args):
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+            args = ["check", *args]
+        return super().parse_args(ctx, args)
+
+
+def _split(values: Iterable[str]) -> list[str]:
+    out = []
+    for v in values or ():
+        out.extend(p.strip() for p in v.split(",") if p.strip())
+    return out
+
+
+def _targets(target_version: Iterable[str], torch_version: Optional[str]) -> dict[str, str]:
+    from fsdplint.versions import PACKAGES, parse_version
+
+    out: dict[str, str] = {}
+    for item in _split(target_version):
+        pkg, sep, ver = item.partition("=")
+        pkg = pkg.strip().lower()
+        ver = ver.lstrip("=").strip()
+        if not sep or pkg not in PACKAGES or parse_version(ver) is None:
+            raise UsageError(f"--target-version {item!r}: expected PACKAGE=VERSION with PACKAGE one of {', '.join(PACKAGES)}")
+        out[pkg] = ver
+    if torch_version:
+        if parse_version(torch_version) is None:
+            raise UsageError(f"--torch-version {torch_version!r}: not a version")
+        out["torch"] = torch_version
+    return out
+
+
+def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> list[str]:
+    """Python files under `paths` (explicit files count unless `force_exclude`; directories honour `exclude`)."""
+    from fsdplint.config import Config, load_config
+
+    files: list[str] = []
+    for p in paths:
+        if p == "-":
+            files.append(p)
+            continue
+        path = Path(p)
+        if not path.exists() and not path.is_symlink():
+            raise UsageError(f"{p}: No such file or directory")
+        if path.is_dir():
+            for root, dirs, names in os.walk(path, followlinks=False):
+                rootp = Path(root)
+                cfg = Config() if settings.isolated else load_config(rootp, explicit=Path(settings.config_path) if settings.config_path else None)
+                dirs[:] = sorted(d for d in dirs if not cfg.is_excluded(rootp / d))
+                for n in sorted(names):
+                    fp = rootp / n
+                    if n.endswith((".py", ".pyi")) and not cfg.is_excluded(fp):
+                        files.append(str(fp))
+        else:
+            if not p.endswith((".py", ".pyi")) and p.endswith((".yaml", ".yml")):
+                continue  # pre-commit names YAML files too; they are read only as accelerate configs
+            if force_exclude and not settings.isolated:
+                cfg = load_config(path, explicit=Path(settings.config_path) if settings.config_path else None)
+                if cfg.is_excluded(path):
+                    continue
+            files.append(p)
+    return files
+
+
+def _config_warnings(files: list[str], settings) -> list[str]:
+    """Warnings (unknown keys, ...) of every configuration file that applies, once each."""
+    from fsdplint.config import load_config
+
+    if settings.isolated:
+        return []
+    explicit = Path(settings.config_path) if settings.config_path else None
+    seen, out = set(), []
+    for f in files if files != ["-"] else ["."]:
+        cfg = load_config(Path(f), explicit=explicit)
+        if cfg.source is not None and cfg.source not in seen:
+            seen.add(cfg.source)
+            out.extend(cfg.warnings)
+    return out
+
+
+def _atomic_write(path: Path, data: bytes, original: bytes) -> Optional[str]:
+    """Replace `path` with `data` unless it changed on disk since it was read."""
+    import tempfile
+
+    try:
+        if path.read_bytes() != original:
+            return "the file changed on disk while it was being fixed; left unchanged"
+        st = path.stat()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".fsdplint", dir=str(path.parent))
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, st.st_mode & 0o7777)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        return f"cannot write the fixed file: {e.strerror or e}"
+    return None
+
+
+def _run_files(files: list[str], settings, jobs: int, stdin_text: Optional[str], stdin_filename: Optional[str]):
+    from fsdplint.engine import lint_file
+
+    if stdin_text is not None:
+        return [lint_file(stdin_filename or "-", settings, text=stdin_text)]
+    if jobs <= 1 or len(files) < 2:
+        return [lint_file(f, settings) for f in files]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        mp = multiprocessing.get_context("fork")
+    except ValueError:  # platforms without fork
+        mp = multiprocessing.get_context()
+    chunk = max(1, len(files) // (jobs * 8))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp) as pool:
+        return list(pool.map(lint_file, files, [settings] * len(files), chunksize=chunk))
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="fsdplint")
+def main() -> None:
+    """Find PyTorch FSDP + LoRA/QLoRA bugs before the job is launched."""
+
+
+@main.command("check")
+@click.argument("paths", nargs=-1)
+@click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated), e.g. FSDP1.")
+@click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
+@click.option("--extend-select", multiple=True, help="Codes or prefixes to enable on top of the selection.")
+@click.option("--fix/--no-fix", default=False, help="Apply safe fixes.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
+@click.option("--output-format", type=click.Choice(FORMATS), default=None, help="Report format.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
+@click.option("-j", "--jobs", type=int, default=0, help="Worker processes (default: the CPU count for many files).")
+@click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
+@click.option("--target-version", multiple=True, help="Library versions to check against, e.g. torch=2.6.")
+@click.option("--torch-version", default=None, help="Shorthand for --target-version torch=VERSION.")
+@click.option("--config", "config_path", default=None, help="Use this configuration file for every linted file.")
+@click.option("--isolated", is_flag=True, help="Ignore all configuration files.")
+@click.option("--show-internal-errors", is_flag=True, help="Print tracebacks of internal errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Verbose: also print tracebacks of internal errors.")
+@click.option("--accelerate-config", default=None, help="An accelerate config YAML the scripts are launched with.")
+@click.option("--model", "model_config", default=None, help="A model config.json to audit with the script's LoRA/quantization/FSDP settings.")
+@click.option("--color/--no-color", default=None, help="Colour the report (default: on a terminal, unless NO_COLOR is set).")
+@click.option("-o", "--output-file", default=None, help="Write the report to this file instead of stdout.")
+@click.option("--baseline", "baseline_path", default=None, help="Report only findings not recorded in this baseline file.")
+@click.option("--write-baseline", "write_baseline_path", default=None, help="Record the current findings in this baseline file.")
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` comments to silence the current findings.")
+@click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of each finding.")
+@click.option("--show-fixes", is_flag=True, help="List the available (and applied) fixes.")
+@click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (for pre-commit).")
+def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_format, exit_zero, jobs,
+          stdin_filename, target_version, torch_version, config_path, isolated, show_internal_errors, verbose,
+          accelerate_config, model_config, color, output_file, baseline_path, write_baseline_path, add_noqa,
+          statistics, show_fixes, force_exclude) -> None:
+    """Lint training scripts (files, directories, or `-` for stdin)."""
+    from fsdplint.engine import Settings
+
+    try:
+        settings = Settings(
+            select=_split(select) or None,
+            ignore=_split(ignore),
+            extend_select=_split(extend_select),
+            targets=_targets(target_version, torch_version),
+            config_path=config_path,
+            isolated=isolated,
+            fix=("unsafe" if unsafe_fixes else "safe") if (fix or diff) else None,
+            show_internal_errors=show_internal_errors or verbose,
+        )
+        from fsdplint.registry import unknown_selectors
+
+        bad = unknown_selectors([*(settings.select or []), *settings.ignore, *settings.extend_select])
+        if bad:
+            raise UsageError(f"unknown rule selector: {', '.join(bad)} (see `fsdplint rules`)")
+        if add_noqa and (fix or diff or unsafe_fixes):
+            raise UsageError("--add-noqa cannot be combined with --fix, --unsafe-fixes or --diff")
+        baseline = None
+        if baseline_path:
+            from fsdplint.baseline import load_baseline
+
+            baseline = load_baseline(Path(baseline_path))
+        if accelerate_config:
+            from fsdplint.launch import load_accelerate_config
+
+            settings.options["launch"] = load_accelerate_config(Path(accelerate_config))
+        if not paths:
+            paths = (".",)
+        stdin_text = None
+        if list(paths) == ["-"]:
+            stdin_text = sys.stdin.read()
+            files = ["-"]
+        else:
+            files = discover(paths, settings, force_exclude=force_exclude)
+        for w in _config_warnings(files, settings):
+            click.echo(f"fsdplint: warning: {w}", err=True)
+        if jobs <= 0:
+            jobs = min(os.cpu_count() or 1, 8) if len(files) >= 16 else 1
+        results = _run_files(files, settings, jobs, stdin_text, stdin_filename)
+        if model_config:
+            from fsdplint.script_audit import audit_scripts
+
+            audit_scripts(results, Path(model_config), settings)
+    except FsdplintError as e:
+        click.echo(f"fsdplint: error: {e}", err=True)
+        sys.exit(2)
+
+    from fsdplint.output import RunSummary, write_report
+
+    findings = []
+    fixed = 0
+    write_errors = []
+    diff_changes = False
+    for res in results:
+        findings.extend(res.findings)
+        if res.fix_error:
+            write_errors.append(f"{res.filename}: {res.fix_error}")
+        if res.fixed_text is None:
+            continue
+        if diff:
+            diff_changes = True
+            sys.stdout.write(
+                "".join(
+                    difflib.unified_diff(
+                        res.original.splitlines(keepends=True),
+                        res.fixed_text.splitlines(keepends=True),
+                        fromfile=f"a/{res.filename}",
+                        tofile=f"b/{res.filename}",
+                    )
+                )
+            )
+            continue
+        if res.filename == "-" or stdin_text is not None:
+            sys.stdout.write(res.fixed_text)
+            fixed += res.fixed
+            continue
+        p = Path(res.filename)
+        original = res.source.encode(res.original)
+        err = _atomic_write(p, res.source.encode(res.fixed_text), original)
+        if err:
+            write_errors.append(f"{res.filename}: {err}")
+        else:
+            fixed += res.fixed
+
+    try:
+        if write_baseline_path:
+            from fsdplint.baseline import write_baseline
+
+            n = write_baseline(findings, Path(write_baseline_path))
+            click.echo(f"Recorded {n} finding{'' if n == 1 else 's'} in {write_baseline_path}", err=True)
+            sys.exit(2 if write_errors else 0)
+        if add_noqa:
+            from fsdplint.add_noqa import add_noqa as insert_noqa
+
+            # Errors about the file itself and stale noqa comments are not silenced by more comments.
+            n = insert_noqa(f for f in findings if f.code not in ("FSDP900", "FSDP901", "FSDP902", "FSDP903"))
+            click.echo(f"Added {n} noqa directive{'' if n == 1 else 's'}.", err=True)
+            sys.exit(0)
+        if baseline is not None:
+            findings, _suppressed = baseline.filter(findings)
+    except FsdplintError as e:
+        click.echo(f"fsdplint: error: {e}", err=True)
+        sys.exit(2)
+
+    report_file = None
+    if output_file:
+        try:
+            report_file = open(output_file, "w", encoding="utf-8", newline="")
+        except OSError as e:
+            click.echo(f"fsdplint: error: {output_file}: cannot write the report: {e.strerror or e}", err=True)
+            sys.exit(2)
+        if color is None:
+            color = False
+    if color is None:
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    summary = RunSummary(
+        files_checked=len(results),
+        fixed=fixed,
+        fixable_safe=sum(1 for f in findings if f.fix and f.fix.applicability.value == "safe"),
+        fixable_unsafe=sum(1 for f in findings if f.fix and f.fix.applicability.value == "unsafe"),
+    )
+    out = sys.stderr if (stdin_text is not None and settings.fix and not diff) else sys.stdout
+    if report_file is not None:
+        out = report_file
+    if not diff:
+        write_report(findings, output_format or "concise", out, color=color, summary=summary,
+                     show_fixes=show_fixes, statistics=statistics)
+    if report_file is not None:
+        report_file.close()
+    for w in write_errors:
+        click.echo(f"fsdplint: error: {w}", err=True)
+    if write_errors:
+        sys.exit(2)
+    if exit_zero:
+        sys.exit(0)
+    if diff:
+        sys.exit(1 if diff_changes else 0)
+    sys.exit(1 if findings else 0)
+
+
+@main.command("rule")
+@click.argument("code")
+def rule_cmd(code: str) -> None:
+    """Print a rule's documentation."""
+    from fsdplint.registry import get_rule
+
+    rule = get_rule(code)
+    if rule is None:
+        click.echo(f"fsdplint: error: unknown rule {code!r} (see `fsdplint rules`)", err=True)
+        sys.exit(2)
+    click.echo(rule.full_doc())
+
+
+@main.command("rules")
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text")
+def rules_cmd(output_format: str) -> None:
+    """List every rule: code, name, severity, side(s), fix."""
+    from fsdplint.registry import all_rules
+    from fsdplint.rule import SIDE_NAMES
+
+    rows = []
+    for r in all_rules():
+        rows.append(
+            {
+                "code": r.code,
+                "name": r.name,
+                "severity": r.severity.value,
+                "sides": [SIDE_NAMES[s] for s in r.sides],
+                "fix": r.fix.value if r.fix else None,
+                "summary": r.summary,
+            }
+        )
+    if output_format == "json":
+        import json
+
+        click.echo(json.dumps(rows, indent=2))
+        return
+    w = max(len(r["name"]) for r in rows)
+    click.echo(f"{'code':<8} {'name':<{w}} {'severity':<8} {'side':<22} {'fix':<7}")
+    for r in rows:
+        click.echo(f"{r['code']:<8} {r['name']:<{w}} {r['severity']:<8} {','.join(r['sides']):<22} {r['fix'] or '-':<7}")
+
+
+def _model_command():
+    try:
+        from fsdplint.audit.cli import model_command
+    except ImportError:
+        return None
+    return model_command
+
+
+class _LazyModel(click.Command):
+    """`fsdplint model` imports torch/peft only when it is run."""
+
+    def __init__(self):
+        super().__init__("model", help="Audit a model config on the meta device (needs fsdplint[model]).", add_help_option=False,
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+
+    def invoke(self, ctx):
+        cmd = _model_command()
+        if cmd is None:
+            click.echo("fsdplint: error: `fsdplint model` needs the model extra: pip install 'fsdplint[model]'", err=True)
+            sys.exit(2)
+        return cmd.main(args=ctx.args, prog_name="fsdplint model", standalone_mode=True)
+
+    def parse_args(self, ctx, args):
+        ctx.args = list(args)
+        return []
+
+
+main.add_command(_LazyModel())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,395 @@
+"""One visit per file: collect the calls, bindings and control context the analysis needs.
+
+Nothing here interprets FSDP semantics; `analysis.py` builds the model timeline
+from these records. Positions are not computed here (see `positions.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from fsdplint.apis import QUALIFIED, api_of
+from fsdplint.resolve import Resolver, dotted
+
+_RANK0 = re.compile(
+    r"(\b\w*rank\w*\s*(==|<=|<)\s*[01]\b)|(\b0\s*==\s*\w*rank)|is_main_process|is_local_main_process|"
+    r"is_world_process_zero|process_index\s*==\s*0|is_master|master_process|rank_zero|is_rank_?0|\brank0\b"
+)
+_NOT_RANK0 = re.compile(r"\b\w*rank\w*\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)")
+_VERSION = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature", re.I)
+
+
+@dataclass(frozen=True)
+class Guard:
+    kind: str  # "rank0", "not_rank0", "version", "other"
+    node: cst.CSTNode
+    text: str
+
+
+@dataclass(frozen=True)
+class Loop:
+    target: str  # dotted loop variable(s), comma-joined
+    iter: cst.BaseExpression
+    node: cst.CSTNode
+
+
+@dataclass
+class Stmt:
+    node: cst.CSTNode
+    block: cst.CSTNode  # Module, IndentedBlock or SimpleStatementSuite holding it
+    index: int
+
+
+@dataclass
+class Scope:
+    name: str
+    node: Optional[cst.CSTNode]
+    params: list[str] = field(default_factory=list)
+    klass: Optional[str] = None
+    decorators: list[str] = field(default_factory=list)
+    calls: list["Call"] = field(default_factory=list)
+    assigns: dict[str, list[tuple[int, cst.BaseExpression]]] = field(default_factory=dict)
+    attr_sets: list["AttrSet"] = field(default_factory=list)
+    dict_sets: list["AttrSet"] = field(default_factory=list)
+    returns: list[cst.BaseExpression] = field(default_factory=list)
+
+
+@dataclass
+class Call:
+    node: cst.Call
+    seq: int
+    qualname: Optional[str]
+    api: Optional[str]
+    func: Optional[str]  # dotted callee as written
+    method: Optional[str]
+    receiver: Optional[cst.BaseExpression]
+    stmt: Optional[Stmt]
+    scope: Scope
+    guards: tuple[Guard, ...]
+    loops: tuple[Loop, ...]
+    withs: tuple[cst.BaseExpression, ...]
+    targets: list[cst.BaseExpression] = field(default_factory=list)
+
+    def arg(self, index: int, keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
+        if keyword is not None:
+            kw = self.kw(keyword)
+            if kw is not None:
+                return kw
+        pos = [a for a in self.node.args if a.keyword is None and not a.star]
+        return pos[index].value if index < len(pos) else None
+
+    def kw(self, name: str) -> Optional[cst.BaseExpression]:
+        for a in self.node.args:
+            if a.keyword is not None and a.keyword.value == name:
+                return a.value
+        return None
+
+    def kwarg(self, name: str) -> Optional[cst.Arg]:
+        for a in self.node.args:
+            if a.keyword is not None and a.keyword.value == name:
+                return a
+        return None
+
+    def star_kwargs(self) -> list[cst.BaseExpression]:
+        return [a.value for a in self.node.args if a.star == "**"]
+
+    @property
+    def rank_guarded(self) -> bool:
+        return any(g.kind in ("rank0", "not_rank0") for g in self.guards) or self.scope_rank0
+
+    @property
+    def version_guarded(self) -> bool:
+        return any(g.kind == "version" for g in self.guards)
+
+    @property
+    def scope_rank0(self) -> bool:
+        return any("rank_zero" in d or "main_process" in d for d in self.scope.decorators)
+
+
+@dataclass
+class AttrSet:
+    target: str  # dotted target, e.g. "model.config.use_cache" or dict name for subscripts
+    key: Optional[str]
+    value: cst.BaseExpression
+    seq: int
+    stmt: Optional[Stmt]
+    scope: Scope
+    guards: tuple[Guard, ...]
+    loops: tuple[Loop, ...]
+
+
+class Collector(cst.CSTVisitor):
+    """Records calls in evaluation order (post-order), with guards, loops and scopes."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self.resolver = Resolver()
+        self.module_scope = Scope("<module>", None)
+        self.scopes: list[Scope] = [self.module_scope]
+        self.functions: dict[str, Scope] = {}
+        self.methods: dict[tuple[str, str], Scope] = {}
+        self.calls: list[Call] = []
+        self._by_node: dict[int, Call] = {}
+        self._scope_stack: list[Scope] = [self.module_scope]
+        self._class_stack: list[str] = []
+        self._guards: list[Guard] = []
+        self._loops: list[Loop] = []
+        self._withs: list[cst.BaseExpression] = []
+        self._blocks: list[list] = [[module, -1]]
+        self._stmt: list[Stmt] = []
+        self._elifs: set[int] = set()
+        self._seq = 0
+        self._if_kinds: dict[int, str] = {}
+
+    # -- helpers -------------------------------------------------------------------
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _enter_stmt(self, node: cst.CSTNode) -> None:
+        if id(node) in self._elifs:
+            return
+        top = self._blocks[-1]
+        top[1] += 1
+        self._stmt.append(Stmt(node, top[0], top[1]))
+
+    def _leave_stmt(self, node: cst.CSTNode) -> None:
+        if id(node) in self._elifs:
+            return
+        self._stmt.pop()
+
+    def _text(self, node: cst.CSTNode) -> str:
+        try:
+            return self.module.code_for_node(node)
+        except Exception:  # pragma: no cover - codegen of a detached node
+            return ""
+
+    def _guard_kind(self, test: cst.BaseExpression) -> str:
+        text = self._text(test)
+        if _NOT_RANK0.search(text):
+            return "not_rank0"
+        if _RANK0.search(text):
+            return "rank0"
+        if _VERSION.search(text):
+            return "version"
+        return "other"
+
+    # -- blocks & statements -------------------------------------------------------
+    def visit_IndentedBlock(self, node) -> None:
+        self._blocks.append([node, -1])
+
+    def leave_IndentedBlock(self, node) -> None:
+        self._blocks.pop()
+
+    def visit_SimpleStatementSuite(self, node) -> None:
+        self._blocks.append([node, -1])
+
+    def leave_SimpleStatementSuite(self, node) -> None:
+        self._blocks.pop()
+
+    def visit_SimpleStatementLine(self, node) -> None:
+        self._enter_stmt(node)
+
+    def leave_SimpleStatementLine(self, node) -> None:
+        self._leave_stmt(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._enter_stmt(node)
+
+    def visit_For_body(self, node: cst.For) -> None:
+        target = dotted(node.target)
+        if target is None and isinstance(node.target, (cst.Tuple, cst.List)):
+            target = ",".join(dotted(e.value) or "_" for e in node.target.elements)
+        self._loops.append(Loop(target or "_", node.iter, node))
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self._loops.pop()
+
+    def leave_For(self, node) -> None:
+        self._leave_stmt(node)
+
+    def visit_While(self, node) -> None:
+        self._enter_stmt(node)
+
+    def leave_While(self, node) -> None:
+        self._leave_stmt(node)
+
+    def visit_Try(self, node) -> None:
+        self._enter_stmt(node)
+
+    def leave_Try(self, node) -> None:
+        self._leave_stmt(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        self._enter_stmt(node)
+
+    def visit_With_body(self, node: cst.With) -> None:
+        for item in node.items:
+            self._withs.append(item.item)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        for _ in node.items:
+            self._withs.pop()
+
+    def leave_With(self, node) -> None:
+        self._leave_stmt(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter_stmt(node)
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+        kind = self._guard_kind(node.test)
+        self._if_kinds[id(node)] = kind
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._guards.append(Guard(self._if_kinds[id(node)], node, ""))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._guards.pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        kind = self._if_kinds[id(node)]
+        flipped = {"rank0": "not_rank0", "not_rank0": "rank0"}.get(kind, "other" if kind != "version" else "version")
+        self._guards.append(Guard(flipped, node, ""))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._guards.pop()
+
+    def leave_If(self, node) -> None:
+        self._leave_stmt(node)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._guards.append(Guard(self._guard_kind(node.test), node, ""))
+
+    def leave_IfExp(self, node) -> None:
+        self._guards.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._enter_stmt(node)
+        self._class_stack.append(node.name.value)
+
+    def leave_ClassDef(self, node) -> None:
+        self._class_stack.pop()
+        self._leave_stmt(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enter_stmt(node)
+        params = [p.name.value for p in node.params.params] + [p.name.value for p in node.params.posonly_params]
+        params += [p.name.value for p in node.params.kwonly_params]
+        klass = self._class_stack[-1] if self._class_stack else None
+        decorators = [dotted(d.decorator if not isinstance(d.decorator, cst.Call) else d.decorator.func) or "" for d in node.decorators]
+        scope = Scope(node.name.value, node, params, klass, decorators)
+        self.scopes.append(scope)
+        if klass is not None and len(self._scope_stack) == 1:
+            self.methods[(klass, node.name.value)] = scope
+        elif len(self._scope_stack) == 1:
+            self.functions[node.name.value] = scope
+        self._scope_stack.append(scope)
+        # A function body runs later, under the guards of its call site, not of its definition.
+        self._saved = getattr(self, "_saved", [])
+        self._saved.append((self._guards, self._loops, self._withs))
+        self._guards, self._loops, self._withs = [], [], []
+
+    def leave_FunctionDef(self, node) -> None:
+        self._scope_stack.pop()
+        self._guards, self._loops, self._withs = self._saved.pop()
+        self._leave_stmt(node)
+
+    # -- imports & bindings --------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        self.resolver.add_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.resolver.add_import_from(node)
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        scope = self._scope_stack[-1]
+        stmt = self._stmt[-1] if self._stmt else None
+        if isinstance(target, cst.Name):
+            scope.assigns.setdefault(target.value, []).append((self._seq, value))
+            if len(self._scope_stack) == 1 and isinstance(value, (cst.Attribute, cst.Name)):
+                self.resolver.add_alias(target.value, value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for i, el in enumerate(target.elements):
+                if isinstance(value, (cst.Tuple, cst.List)) and i < len(value.elements):
+                    self._bind(el.value, value.elements[i].value)
+        elif isinstance(target, cst.Attribute):
+            d = dotted(target)
+            if d:
+                scope.attr_sets.append(
+                    AttrSet(d, None, value, self._next(), stmt, scope, tuple(self._guards), tuple(self._loops))
+                )
+                scope.assigns.setdefault(d, []).append((self._seq, value))
+        elif isinstance(target, cst.Subscript):
+            d = dotted(target.value)
+            sl = target.slice[0].slice if target.slice else None
+            key = None
+            if isinstance(sl, cst.Index) and isinstance(sl.value, cst.SimpleString):
+                key = sl.value.evaluated_value if isinstance(sl.value.evaluated_value, str) else None
+            if d:
+                scope.dict_sets.append(
+                    AttrSet(d, key, value, self._next(), stmt, scope, tuple(self._guards), tuple(self._loops))
+                )
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._bind(t.target, node.value)
+        call = self._by_node.get(id(node.value))
+        if call is not None:
+            call.targets = [t.target for t in node.targets]
+
+    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value)
+            call = self._by_node.get(id(node.value))
+            if call is not None:
+                call.targets = [node.target]
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self._scope_stack[-1].returns.append(node.value)
+
+    # -- calls ---------------------------------------------------------------------
+    def leave_Call(self, node: cst.Call) -> None:
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        receiver = func.value if isinstance(func, cst.Attribute) else None
+        scope = self._scope_stack[-1]
+        call = Call(
+            node=node,
+            seq=self._next(),
+            qualname=None,  # resolved after the visit, once every import is known
+            api=None,
+            func=dotted(func),
+            method=method,
+            receiver=receiver,
+            stmt=self._stmt[-1] if self._stmt else None,
+            scope=scope,
+            guards=tuple(self._guards),
+            loops=tuple(self._loops),
+            withs=tuple(self._withs),
+        )
+        self.calls.append(call)
+        scope.calls.append(call)
+        self._by_node[id(node)] = call
+
+
+_ALL_QUALIFIED = frozenset(q for names in QUALIFIED.values() for q in names)
+
+
+def collect(module: cst.Module) -> Collector:
+    c = Collector(module)
+    module.visit(c)
+    r = c.resolver
+    for call in c.calls:
+        func = call.node.func
+        qual = r.qualify(func)
+        if qual is None and isinstance(func, cst.Name) and r.star_modules:
+            qual = r.qualify_star(func.value, _ALL_QUALIFIED)
+        call.qualname = qual
+        call.api = api_of(qual)
+    return c

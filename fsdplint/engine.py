@@ -1,0 +1,289 @@
+"""Lint one file: read, pre-filter, parse once, run every selected rule in one pass, apply noqa.
+
+A failure stays inside its file (and a rule's crash inside that rule): it
+becomes a finding with its own code, and the rest of the run goes on.
+"""
+
+from __future__ import annotations
+
+import ast
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import libcst as cst
+
+from fsdplint.apis import TRIGGER_WORDS
+from fsdplint.context import LintContext
+from fsdplint.findings import Applicability, Finding, Position, Severity
+from fsdplint.fixes import apply_edits, to_fix
+from fsdplint.noqa import NoqaMap
+from fsdplint.positions import Positions
+from fsdplint.registry import all_rules, rules_by_code
+from fsdplint.source import SourceError, SourceFile, decode
+
+SYNTAX_ERROR = "FSDP900"
+INTERNAL_ERROR = "FSDP901"
+UNUSED_NOQA = "FSDP902"
+UNREADABLE = "FSDP903"
+MAX_FIX_PASSES = 10
+
+
+@dataclass
+class Settings:
+    """Everything a worker needs to lint a file (picklable, for -j)."""
+
+    select: Optional[list[str]] = None
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    targets: dict[str, str] = field(default_factory=dict)
+    config_path: Optional[str] = None
+    isolated: bool = False
+    fix: Optional[str] = None  # None, "safe" or "unsafe"
+    show_internal_errors: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    use_installed: bool = True
+    prefilter: bool = True
+
+
+@dataclass
+class FileResult:
+    filename: str
+    findings: list[Finding]
+    fixed: int = 0
+    original: Optional[str] = None  # set when fixes changed the text
+    fixed_text: Optional[str] = None
+    source: Optional[SourceFile] = None
+    fix_error: Optional[str] = None
+
+
+def _finding(code: str, filename: str, message: str, row: int = 1, col: int = 1, line: str = "") -> Finding:
+    rule = rules_by_code().get(code)
+    return Finding(
+        code=code,
+        name=rule.name if rule else code.lower(),
+        severity=rule.severity if rule else Severity.ERROR,
+        filename=filename,
+        start=Position(row, col),
+        end=Position(row, col),
+        message=message,
+        source_line=line,
+    )
+
+
+class FileConfig:
+    """Per-file selection and options from `[tool.fsdplint]` + CLI flags."""
+
+    def __init__(self, settings: Settings, path: Optional[Path]) -> None:
+        from fsdplint.config import Config, load_config
+
+        cfg = Config()
+        if not settings.isolated and (path is not None or settings.config_path):
+            explicit = Path(settings.config_path) if settings.config_path else None
+            cfg = load_config(path if path is not None else Path.cwd(), explicit=explicit, isolated=settings.isolated)
+        self.config = cfg
+        codes = cfg.selected_codes(settings.select, settings.ignore, settings.extend_select)
+        if path is not None:
+            codes = {c for c in codes if not cfg.is_code_ignored_for(c, path)}
+        self.codes = codes
+
+    def fixable(self, code: str) -> bool:
+        return self.config.is_fixable(code)
+
+
+def _syntax_error(text: str, filename: str, e: cst.ParserSyntaxError) -> Finding:
+    """CPython's message and position when it agrees the file is invalid (they read better)."""
+    try:
+        ast.parse(text, filename=filename)
+    except SyntaxError as se:
+        row = se.lineno or 1
+        lines = text.splitlines()
+        line = lines[row - 1] if 0 < row <= len(lines) else ""
+        return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    msg = e.message.splitlines()[0] if e.message else "invalid syntax"
+    return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {msg}", e.raw_line, e.raw_column + 1)
+
+
+def lint_text(
+    text: str,
+    filename: str,
+    settings: Settings,
+    path: Optional[Path] = None,
+    fcfg: Optional[FileConfig] = None,
+) -> list[Finding]:
+    """Findings for `text` (after noqa), each with its fix, if any."""
+    fcfg = fcfg or FileConfig(settings, path)
+    codes = fcfg.codes
+    noqa = NoqaMap(text)
+    if noqa.file_exempt:
+        return []
+    launch = settings.options.get("launch")
+    if settings.prefilter and launch is None and not any(w in text for w in TRIGGER_WORDS):
+        # Nothing any rule looks for: only make sure the file parses.
+        try:
+            ast.parse(text, filename=filename)
+            return []
+        except (SyntaxError, ValueError):
+            pass  # libcst below gives the error its position
+        except RecursionError:
+            return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as e:
+        if SYNTAX_ERROR not in codes:
+            return []
+        return [_syntax_error(text, filename, e)]
+    except RecursionError:
+        return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
+    except Exception as e:  # the parser rejects some inputs (e.g. null bytes) with other errors
+        if SYNTAX_ERROR not in codes:
+            return []
+        return [_finding(SYNTAX_ERROR, filename, f"cannot parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}")]
+
+    ctx = LintContext(
+        filename=filename,
+        path=path,
+        source=text,
+        module=module,
+        explicit_targets=settings.targets,
+        config_targets=fcfg.config.target_version,
+        config_source=str(fcfg.config.source.name) if fcfg.config.source else "[tool.fsdplint]",
+        options=settings.options,
+        rule_options=fcfg.config.rules,
+        use_installed=settings.use_installed,
+    )
+    errors: list[Finding] = []
+    for rule in all_rules():
+        if rule.code not in codes or not rule.has_static_check():
+            continue
+        ctx.rule = rule
+        try:
+            rule().check(ctx)
+        except RecursionError:
+            errors.append(_finding(INTERNAL_ERROR, filename, f"{rule.code} ({rule.name}) gave up: the file is too deeply nested"))
+        except Exception as e:
+            detail = f": {type(e).__name__}: {e}".splitlines()[0]
+            msg = f"rule {rule.code} ({rule.name}) failed on this file{detail}"
+            if settings.show_internal_errors:
+                msg += "\n" + traceback.format_exc()
+            if INTERNAL_ERROR in codes:
+                errors.append(_finding(INTERNAL_ERROR, filename, msg))
+    ctx.rule = None
+
+    findings: list[Finding] = []
+    if ctx.reports:
+        nodes = [r.node for r in ctx.reports]
+        for r in ctx.reports:
+            if r.fix is not None:
+                nodes.extend(r.fix.nodes())
+        pos = Positions(module, text, nodes)
+        seen = set()
+        for r in ctx.reports:
+            start, end = pos.range(r.node)
+            key = (r.rule.code, start, r.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            if noqa.suppresses(r.rule.code, (start.row, end.row)):
+                continue
+            fix = None
+            if r.fix is not None and fcfg.fixable(r.rule.code):
+                fix = to_fix(r.fix, pos, module.default_newline)
+            findings.append(
+                Finding(
+                    code=r.rule.code,
+                    name=r.rule.name,
+                    severity=r.rule.severity,
+                    filename=filename,
+                    start=start,
+                    end=end,
+                    message=r.message,
+                    fix=fix,
+                    source_line=pos.line_text(start.row),
+                )
+            )
+    findings.extend(errors)
+    if UNUSED_NOQA in codes:
+        lines = text.splitlines()
+        for d, unused in noqa.unused():
+            if any(c in rules_by_code() for c in unused):
+                line = lines[d.row - 1] if d.row - 1 < len(lines) else ""
+                col = d.start - (text.rfind("\n", 0, d.start) + 1) + 1
+                findings.append(
+                    _finding(UNUSED_NOQA, filename, f"unused `noqa` directive (non-matching: {', '.join(unused)})", d.row, col, line)
+                )
+    return findings
+
+
+def _selected_fixes(findings: list[Finding], mode: str) -> list[Finding]:
+    allowed = {Applicability.SAFE} | ({Applicability.UNSAFE} if mode == "unsafe" else set())
+    return [f for f in findings if f.fix is not None and f.fix.applicability in allowed and f.fix.edits]
+
+
+def fix_text(text: str, filename: str, settings: Settings, path: Optional[Path], fcfg: FileConfig) -> tuple[str, int, list[Finding], Optional[str]]:
+    """Apply fixes to a fixpoint (bounded). Returns (text, fixes applied, remaining findings, error)."""
+    applied = 0
+    findings = lint_text(text, filename, settings, path, fcfg)
+    for _ in range(MAX_FIX_PASSES):
+        todo = _selected_fixes(findings, settings.fix or "safe")
+        if not todo:
+            break
+        edits, taken, used = [], 0, []
+        for f in sorted(todo, key=lambda f: f.sort_key()):
+            spans = [((e.start.row, e.start.column), (e.end.row, e.end.column)) for e in f.fix.edits]
+            if any(not (b[1] <= s[0] or s[1] <= b[0]) and not (s[0] == s[1] == b[0] == b[1]) for s in spans for b in used):
+                continue  # overlaps an edit already taken: next pass
+            used.extend(spans)
+            edits.extend(f.fix.edits)
+            taken += 1
+        new_text = apply_edits(text, edits)
+        try:
+            cst.parse_module(new_text)
+        except Exception as e:
+            return text, applied, findings, f"a fix produced code that does not parse ({type(e).__name__}); the file was left unchanged"
+        if new_text == text:
+            break
+        text = new_text
+        applied += taken
+        findings = lint_text(text, filename, settings, path, fcfg)
+    return text, applied, findings, None
+
+
+def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
+    """Lint (and with `settings.fix`, fix in memory) one file. `text` is given for stdin."""
+    path = Path(filename) if text is None else (Path(filename) if filename != "-" else None)
+    src: Optional[SourceFile] = None
+    try:
+        fcfg = FileConfig(settings, path)
+    except Exception as e:
+        return FileResult(filename, [_finding(UNREADABLE, filename, f"configuration error: {e}")])
+    if text is None:
+        try:
+            data = Path(filename).read_bytes()
+        except OSError as e:
+            return FileResult(filename, [_finding(UNREADABLE, filename, f"cannot read the file: {e.strerror or e}")])
+        try:
+            src = decode(data)
+        except SourceError as e:
+            return FileResult(filename, [_finding(UNREADABLE, filename, str(e), e.row or 1)])
+        text = src.text
+    else:
+        src = SourceFile(text, "utf-8", False)
+    try:
+        if settings.fix:
+            new_text, applied, findings, err = fix_text(text, filename, settings, path, fcfg)
+            res = FileResult(filename, findings, applied, source=src, fix_error=err)
+            if new_text != text:
+                res.original, res.fixed_text = text, new_text
+            return res
+        return FileResult(filename, lint_text(text, filename, settings, path, fcfg), source=src)
+    except RecursionError:
+        return FileResult(filename, [_finding(INTERNAL_ERROR, filename, "the file is too deeply nested to analyse")])
+    except Exception as e:
+        msg = f"internal error while linting: {type(e).__name__}: {e}".splitlines()[0]
+        if settings.show_internal_errors:
+            msg += "\n" + traceback.format_exc()
+        return FileResult(filename, [_finding(INTERNAL_ERROR, filename, msg)])

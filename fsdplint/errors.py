@@ -1,0 +1,9 @@
+"""Errors that the CLI reports as one clear line (never a traceback)."""
+
+
+class FsdplintError(Exception):
+    """Base class for errors shown to the user as `fsdplint: error: <message>`."""
+
+
+class UsageError(FsdplintError):
+    """Bad input from the user: a flag, a configuration file, a path."""

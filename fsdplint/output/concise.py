@@ -1,0 +1,12 @@
+"""`path:row:col: CODE [severity] message`, one finding a line, then a summary."""
+
+from __future__ import annotations
+
+from fsdplint.output.text import headline, write_text
+
+
+def write(findings, out, *, color=False, summary=None, show_fixes=False, statistics=False) -> None:
+    write_text(
+        findings, out, color=color, summary=summary, show_fixes=show_fixes, statistics=statistics,
+        render=lambda f, paint: headline(f, paint) + "\n",
+    )

@@ -1,0 +1,45 @@
+"""GitHub Actions workflow commands: one `::error file=…::message` annotation per finding.
+
+Escaping follows @actions/core (`toCommandValue` / `escapeData` / `escapeProperty`).
+"""
+
+from __future__ import annotations
+
+from fsdplint.findings import Severity
+
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def unescape_data(text: str) -> str:
+    """Inverse of `escape_data` (what the runner does when it reads the command)."""
+    return text.replace("%0A", "\n").replace("%0D", "\r").replace("%25", "%")
+
+
+def unescape_property(text: str) -> str:
+    return unescape_data(text.replace("%2C", ",").replace("%3A", ":"))
+
+
+def annotation(f) -> str:
+    props = {
+        "file": f.filename,
+        "line": str(f.start.row),
+        "col": str(f.start.column),
+        "endLine": str(f.end.row),
+        "endColumn": str(f.end.column),
+        "title": f"fsdplint ({f.code})",
+    }
+    prop_text = ",".join(f"{k}={escape_property(v)}" for k, v in props.items())
+    return f"::{_LEVEL[f.severity]} {prop_text}::{escape_data(f.message)}"
+
+
+def write(findings, out, **_options) -> None:
+    for f in findings:
+        out.write(annotation(f) + "\n")

@@ -1,0 +1,184 @@
+from fsdplint.findings import Applicability, Severity
+from fsdplint.fixes import InsertLinesBefore, RemoveStatement, unsafe
+from fsdplint.rule import Invalid, Rule, Valid
+
+WRAPS = ("wrap1", "shard2", "ddp", "prepare")
+
+
+class LoraAfterFsdpWrap(Rule):
+    code = "FSDP101"
+    name = "lora-after-fsdp-wrap"
+    severity = Severity.ERROR
+    sides = "SA"
+    fix = Applicability.UNSAFE
+    summary = "LoRA injected (get_peft_model / inject_adapter_in_model / add_adapter) after the model was wrapped."
+    message = (
+        "LoRA is injected after the model was wrapped with {wrap} (line {line}): the adapter params are not "
+        "sharded and their gradients are never reduced, so every rank trains its own adapter and rank 0's is saved. "
+        "Inject LoRA first, then wrap."
+    )
+    doc = """
+    ## What it does
+    Finds `get_peft_model`, `inject_adapter_in_model`, `PeftModel.from_pretrained` or `model.add_adapter`
+    applied to a model that was already wrapped with `FullyShardedDataParallel`, `fully_shard`,
+    `DistributedDataParallel` or `accelerator.prepare`, and peft's `fsdp_auto_wrap_policy(model)` built
+    before LoRA was injected.
+
+    ## Why is this bad?
+    FSDP (and DDP) manage only the parameters that exist when the model is wrapped. Adapter weights
+    added later are plain replicated tensors: they are never sharded, never broadcast and their gradients
+    are never all-reduced. Each rank silently trains a different adapter; rank 0's is the one saved.
+    Sometimes the gradients come out NaN instead.
+
+    ## Example
+    ```python
+    model = FSDP(model, auto_wrap_policy=policy)
+    model = get_peft_model(model, lora_config)
+    ```
+
+    ## Use instead
+    ```python
+    model = get_peft_model(model, lora_config)
+    model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), use_orig_params=False)
+    ```
+    Order: load → `get_peft_model` → dtype cast → wrap policy from the PEFT model → wrap → optimizer.
+
+    ## Fix safety
+    Unsafe: the fix moves the LoRA statement before the wrap when both are statements of the same block.
+    Code between them that expects the unwrapped model without adapters (or a policy built from it) may
+    behave differently, so review the change.
+
+    ## Versions
+    All versions of torch and peft.
+
+    ## References
+    - transformers#48792 (comment); FastVideo#1666; fms-hf-tuning#143
+    - https://huggingface.co/docs/peft/accelerate/fsdp
+    """
+    references = ("transformers#48792", "FastVideo#1666", "fms-hf-tuning#143")
+
+    VALID = [
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = get_peft_model(model, lora_config)
+        model = FSDP(model, use_orig_params=True)
+        """,
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import fully_shard
+        model = get_peft_model(model, cfg)
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        """,
+        """
+        from peft import get_peft_model
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model = get_peft_model(model, cfg)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        """,
+        """
+        import torch.distributed.fsdp as fsdp
+        from peft import get_peft_model
+        other = fsdp.FullyShardedDataParallel(other_model)
+        model = get_peft_model(model, cfg)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, use_orig_params=True)
+            model = get_peft_model(model, lora_config)
+            """,
+            line=4,
+            expected_fix="""
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = get_peft_model(model, lora_config)
+            model = FSDP(model, use_orig_params=True)
+            """,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+
+            def main(model, cfg):
+                for layer in model.model.layers:
+                    f.fully_shard(layer)
+                f.fully_shard(model)
+                peft_model = add_lora(model, cfg)
+                return peft_model
+            """,
+            line=8,
+        ),
+        Invalid(
+            """
+            from torch.distributed._composable.fsdp import fully_shard
+            from peft import inject_adapter_in_model
+
+            def shard(m):
+                fully_shard(m)
+                return m
+
+            model = shard(model)
+            model = inject_adapter_in_model(lora_config, model)
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model = accelerator.prepare(model)
+            model.add_adapter(lora_config)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            from peft import get_peft_model
+            from peft.utils.other import fsdp_auto_wrap_policy
+            policy = fsdp_auto_wrap_policy(model)
+            model = get_peft_model(model, cfg)
+            """,
+            line=3,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        for t in ctx.analysis.timelines:
+            for lora in t.of("lora"):
+                if lora.entity is None or (lora.ref and lora.ref.child):
+                    continue
+                wraps = t.before(lora, WRAPS)
+                if wraps:
+                    w = wraps[0]
+                    label = {"wrap1": "FullyShardedDataParallel", "shard2": "fully_shard", "ddp": "DistributedDataParallel", "prepare": "accelerator.prepare"}[w.kind]
+                    msg = self.message.format(wrap=label, line=ctx.line(w.node))
+                    ctx.report(lora.node, msg, fix=_move_fix(ctx, lora, w))
+            for pol in t.of("peft_policy"):
+                if pol.entity is not None and t.after(pol, ("lora",)):
+                    ctx.report(
+                        pol.node,
+                        "peft's fsdp_auto_wrap_policy is built before LoRA is injected, so it cannot find the LoRA "
+                        "layers and wraps them with the frozen base. Build the policy from the PEFT model, after get_peft_model.",
+                    )
+
+
+def _move_fix(ctx, lora, wrap):
+    """Move `x = get_peft_model(...)` before the first wrap statement, when both sit in one block."""
+    ls, ws = lora.call.stmt if lora.call else None, wrap.call.stmt if wrap.call else None
+    if ls is None or ws is None or ls.block is not ws.block or not ls.index > ws.index:
+        return None
+    if lora.step.prefix or wrap.step.prefix:
+        return None  # inlined from a helper: the statements are in different functions
+    text = ctx.code(ls.node)
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    body = "\n".join(ln[indent:] if ln[:indent].strip() == "" else ln for ln in lines)
+    return unsafe("Move the LoRA injection before the wrap", InsertLinesBefore(ws.node, body), RemoveStatement(ls.node))

@@ -1,0 +1,36 @@
+"""Runs a rule's VALID/INVALID examples through the real engine (as `fsdplint` would)."""
+
+from __future__ import annotations
+
+from fsdplint.engine import FileConfig, Settings, fix_text, lint_text
+from fsdplint.rule import Rule, Valid
+
+
+def settings_for(rule: type[Rule], example: Valid, fix: str | None = None) -> Settings:
+    options = dict(example.options)
+    if "accelerate_config" in options:
+        from fsdplint.launch import parse_accelerate_config
+
+        options["launch"] = parse_accelerate_config(options.pop("accelerate_config"), "accelerate_config.yaml")
+    return Settings(
+        select=[rule.code],
+        targets=dict(example.target),
+        isolated=True,
+        fix=fix,
+        options=options,
+        # Examples state their versions; the environment's installed torch must not leak in.
+        use_installed=False,
+        prefilter=False,
+    )
+
+
+def lint_example(rule: type[Rule], example: Valid):
+    s = settings_for(rule, example)
+    return lint_text(example.source(), "example.py", s, None, FileConfig(s, None))
+
+
+def fix_example(rule: type[Rule], example: Valid) -> tuple[str, int]:
+    s = settings_for(rule, example, fix="unsafe")
+    text, applied, _, err = fix_text(example.source(), "example.py", s, None, FileConfig(s, None))
+    assert err is None, err
+    return text, applied
