@@ -204,7 +204,8 @@ class ScriptAnalysis:
             self.method_calls("add_adapter")
         )
 
-    # Filled by launch-config readers (accelerate YAML / TrainingArguments): 1, 2 or None.
+    # Filled from the launch configuration (accelerate YAML / TrainingArguments / plugin), see launch.py.
+    launch: Any = None
     launch_fsdp_version: Optional[int] = None
 
     def events(self, kind: str) -> Iterator[Event]:

@@ -76,8 +76,7 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
                     if n.endswith((".py", ".pyi")) and not cfg.is_excluded(fp):
                         files.append(str(fp))
         else:
-            if not p.endswith((".py", ".pyi")) and p.endswith((".yaml", ".yml")):
-                continue  # pre-commit names YAML files too; they are read only as accelerate configs
+            # YAML files (pre-commit passes them too) are linted as accelerate configs; others report nothing.
             if force_exclude and not settings.isolated:
                 cfg = load_config(path, explicit=Path(settings.config_path) if settings.config_path else None)
                 if cfg.is_excluded(path):
@@ -236,11 +235,17 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
     from fsdplint.output import RunSummary, write_report
 
     findings = []
+    seen_findings = set()
     fixed = 0
     write_errors = []
     diff_changes = False
     for res in results:
-        findings.extend(res.findings)
+        for f in res.findings:
+            # A launch config next to several scripts is reported once.
+            key = (f.filename, f.start, f.code, f.message)
+            if key not in seen_findings:
+                seen_findings.add(key)
+                findings.append(f)
         if res.fix_error:
             write_errors.append(f"{res.filename}: {res.fix_error}")
         if res.fixed_text is None:

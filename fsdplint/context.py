@@ -17,10 +17,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Report:
-    __slots__ = ("rule", "node", "message", "fix")
+    __slots__ = ("rule", "node", "message", "fix", "setting")
 
-    def __init__(self, rule, node, message, fix) -> None:
+    def __init__(self, rule, node, message, fix, setting=None) -> None:
         self.rule, self.node, self.message, self.fix = rule, node, message, fix
+        # A launch-config setting outside the script (a YAML line) the finding points at.
+        self.setting = setting
 
 
 class LintContext:
@@ -56,11 +58,17 @@ class LintContext:
     def analysis(self) -> "ScriptAnalysis":
         from fsdplint.analysis import ScriptAnalysis
 
+        from fsdplint import launch as launch_mod
+
         a = ScriptAnalysis(self.module)
-        launch = self.options.get("launch")
-        if launch is not None:
-            a.launch = launch
-            a.launch_fsdp_version = getattr(launch, "fsdp_version", None)
+        yaml_facts = self.options.get("launch")
+        if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
+            yaml_facts = launch_mod.find_accelerate_config(self.path)
+        script_facts = launch_mod.from_script(a)
+        facts = yaml_facts.merged(script_facts) if (yaml_facts and script_facts) else (yaml_facts or script_facts)
+        if facts is not None:
+            a.launch = facts
+            a.launch_fsdp_version = facts.fsdp_version
         return a
 
     def version(self, package: str) -> versions.TargetVersion:
@@ -92,3 +100,13 @@ class LintContext:
         rule = self.rule
         assert rule is not None, "report() outside a rule"
         self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix))
+
+    def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None) -> None:
+        """Report at a launch-config setting: its script node, or its line in the YAML file."""
+        if setting is not None and setting.node is not None:
+            self.report(setting.node, message, fix=fix)
+        elif setting is not None and setting.filename:
+            rule = self.rule
+            self.reports.append(Report(rule, None, message or getattr(rule, "message", rule.summary), None, setting))
+        elif fallback is not None:
+            self.report(fallback, message, fix=fix)

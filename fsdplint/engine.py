@@ -173,7 +173,8 @@ def lint_text(
                 errors.append(_finding(INTERNAL_ERROR, filename, msg))
     ctx.rule = None
 
-    findings: list[Finding] = []
+    findings: list[Finding] = _external_findings(ctx, filename)
+    ctx.reports = [r for r in ctx.reports if r.setting is None]
     if ctx.reports:
         nodes = [r.node for r in ctx.reports]
         for r in ctx.reports:
@@ -218,6 +219,29 @@ def lint_text(
     return findings
 
 
+def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
+    """Findings that point into a launch config (YAML) rather than the script."""
+    out = []
+    texts: dict[str, tuple[list[str], NoqaMap]] = {}
+    for r in ctx.reports:
+        st = r.setting
+        if st is None:
+            continue
+        if st.filename not in texts:
+            launch = getattr(ctx.analysis, "launch", None)
+            text = launch.text if launch is not None and launch.source == st.filename else ""
+            texts[st.filename] = (text.splitlines(), NoqaMap(text))
+        lines, noqa = texts[st.filename]
+        if noqa.suppresses(r.rule.code, (st.line,)):
+            continue
+        line = lines[st.line - 1] if 0 < st.line <= len(lines) else ""
+        col = len(line) - len(line.lstrip()) + 1
+        f = _finding(r.rule.code, st.filename, r.message, st.line, col, line)
+        f.end = Position(st.line, len(line) + 1)
+        out.append(f)
+    return out
+
+
 def _selected_fixes(findings: list[Finding], mode: str) -> list[Finding]:
     allowed = {Applicability.SAFE} | ({Applicability.UNSAFE} if mode == "unsafe" else set())
     return [f for f in findings if f.fix is not None and f.fix.applicability in allowed and f.fix.edits]
@@ -252,6 +276,30 @@ def fix_text(text: str, filename: str, settings: Settings, path: Optional[Path],
     return text, applied, findings, None
 
 
+def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig) -> list[Finding]:
+    """An accelerate config on its own: the rules that need only launch settings."""
+    from dataclasses import replace
+
+    from fsdplint.errors import UsageError
+    from fsdplint.launch import parse_accelerate_config
+
+    if "distributed_type" not in text and "fsdp_config" not in text:
+        return []  # not an accelerate config: not ours to judge
+    try:
+        facts = parse_accelerate_config(text, filename)
+    except UsageError as e:
+        msg = str(e)
+        row = 1
+        head = msg.split(": ", 1)[0]
+        if head.rsplit(":", 1)[-1].isdigit():
+            row = int(head.rsplit(":", 1)[-1])
+        return [_finding(SYNTAX_ERROR, filename, msg.split(": ", 1)[-1], row)] if SYNTAX_ERROR in fcfg.codes else []
+    if facts is None:
+        return []
+    yaml_settings = replace(settings, options={**settings.options, "launch": facts}, prefilter=False)
+    return [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
+
+
 def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
     """Lint (and with `settings.fix`, fix in memory) one file. `text` is given for stdin."""
     path = Path(filename) if text is None else (Path(filename) if filename != "-" else None)
@@ -272,6 +320,8 @@ def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> 
         text = src.text
     else:
         src = SourceFile(text, "utf-8", False)
+    if filename.endswith((".yaml", ".yml")):
+        return FileResult(filename, lint_launch_yaml(text, filename, settings, fcfg), source=src)
     try:
         if settings.fix:
             new_text, applied, findings, err = fix_text(text, filename, settings, path, fcfg)

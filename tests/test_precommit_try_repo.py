@@ -124,31 +124,54 @@ def test_lint_hook_fails_on_buggy_and_passes_on_clean(hook_repo, pre_commit_home
     assert "Passed" in good.stdout
 
 
-def _safe_fix_example():
-    for rule in all_rules():
-        if rule.fix == Applicability.SAFE and rule.has_static_check():
-            for ex in rule.INVALID:
-                if ex.expected_fix is not None and not ex.target and not ex.options:
-                    return rule, ex
-    return None, None
+def _fix_example():
+    """A static rule with a fix and a documented result; safe fixes preferred."""
+    candidates = [
+        (rule, ex)
+        for rule in all_rules()
+        if rule.fix is not None and rule.has_static_check()
+        for ex in rule.INVALID
+        if ex.expected_fix is not None and not ex.target and not ex.options
+    ]
+    candidates.sort(key=lambda c: c[0].fix != Applicability.SAFE)
+    return candidates[0] if candidates else (None, None)
+
+
+def _run_with_config(hook_repo, home, project, hook, args, *files):
+    """`pre-commit run` with the hook's args overridden in a .pre-commit-config.yaml."""
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=hook_repo, capture_output=True, text=True, check=True).stdout.strip()
+    (project / ".pre-commit-config.yaml").write_text(
+        f"repos:\n  - repo: {json.dumps(str(hook_repo))}\n    rev: {rev}\n    hooks:\n"
+        f"      - id: {hook}\n        args: {json.dumps(args)}\n"
+    )
+    git(project, "add", ".pre-commit-config.yaml")
+    env = {**os.environ, **GIT_ENV, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never"}
+    env.pop("VIRTUAL_ENV", None)
+    cmd = [sys.executable, "-m", "pre_commit", "run", hook, "--verbose", "--files", *files]
+    return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_fix_hook_rewrites_the_file(hook_repo, pre_commit_home, project):
-    rule, example = _safe_fix_example()
+    rule, example = _fix_example()
     if rule is None:
-        pytest.skip("no rule with a safe fix and an expected_fix example is registered yet")
+        pytest.skip("no rule with a fix and an expected_fix example is registered yet")
     add(project, "fixme.py", example.source())
-    res = try_repo(hook_repo, pre_commit_home, project, "fsdplint-fix", "fixme.py")
+    if rule.fix == Applicability.SAFE:
+        res = try_repo(hook_repo, pre_commit_home, project, "fsdplint-fix", "fixme.py")
+    else:
+        # The hook applies safe fixes only; a project opts into unsafe ones through args.
+        res = _run_with_config(hook_repo, pre_commit_home, project, "fsdplint-fix", ["--fix", "--unsafe-fixes"], "fixme.py")
     # pre-commit fails a hook that modified files.
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "files were modified by this hook" in res.stdout
+    assert "files were modified by this hook" in res.stdout, res.stdout
     fixed = (project / "fixme.py").read_text(encoding="utf-8")
     assert fixed != example.source()
     after = subprocess.run(
         [sys.executable, "-m", "fsdplint", "check", "--isolated", "--output-format", "json", "fixme.py"],
         cwd=project, capture_output=True, text=True,
     )
-    assert rule.code not in {f["code"] for f in json.loads(after.stdout)}, fixed
-    # Only this rule's fix applied → the result is the rule's documented fix.
-    if {f["code"] for f in json.loads(after.stdout)} == set():
+    remaining = {f["code"] for f in json.loads(after.stdout)}
+    assert rule.code not in remaining, fixed
+    if not remaining:
+        # Only this rule's fix applied: the result is the rule's documented fix.
         assert fixed == example.fixed_source()

@@ -76,7 +76,11 @@ def plan_fsdp1(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
             continue
         param_to_fqn = _get_managed_param_to_fqn(mod, ignored_objs, visited, mname)
         unit = Unit(name=mname, cls=type(mod).__name__, params=[])
-        for p in param_to_fqn:
+        # The flat parameter follows `module.parameters()` order (FSDP1's `_get_orig_params`).
+        managed = {id(p) for p in param_to_fqn}
+        for p in mod.parameters():
+            if id(p) not in managed:
+                continue
             managed_by.setdefault(id(p), []).append(unit.label)
             if id(p) in claimed:  # already flattened into an inner unit
                 continue
@@ -87,6 +91,8 @@ def plan_fsdp1(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
             problems.append(problem)
         _account(unit, ws, use_orig, spec)
         units.append(unit)
+    order = {n: i for i, (n, _) in enumerate(model.named_modules())}
+    units.sort(key=lambda u: order.get(u.name, -1))
     split = [(info_of[i], holders) for i, holders in managed_by.items() if len(holders) > 1]
     mp = spec.fsdp.mixed_precision or {}
     from fsdplint.audit.build import torch_dtype

@@ -62,20 +62,23 @@ def plan_fsdp2(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
     problems: list[PlanProblem] = []
     sharded = []
     for name, mod in targets:
+        cls = type(mod).__name__  # fully_shard swaps the class for FSDP<cls>
         try:
             fully_shard(mod, **kwargs)
         except Exception as e:  # torch's refusal is the finding
             problems.append(_problem(e, name))
             continue
-        sharded.append((name, mod))
+        sharded.append((name, mod, cls))
 
     units = []
-    for name, mod in sharded:
+    order = {n: i for i, (n, _) in enumerate(model.named_modules())}
+    sharded.sort(key=lambda t: order.get(t[0], -1))
+    for name, mod, cls in sharded:
         state = mod._get_fsdp_state()
         groups = getattr(state, "_fsdp_param_groups", None)
         if groups is None:  # torch < 2.13: one group per state
             groups = [g for g in [state._fsdp_param_group] if g is not None]
-        unit = Unit(name=name, cls=type(mod).__name__, params=[])
+        unit = Unit(name=name, cls=cls, params=[])
         for attr in ("param_bytes", "local_param_bytes", "quant_bytes", "trainable_elems",
                      "trainable_bytes", "grad_bytes"):
             setattr(unit, attr, [0] * ws)

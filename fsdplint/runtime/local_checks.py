@@ -29,7 +29,7 @@ def unmanaged_findings(scan: ModelScan) -> list[Finding]:
         if r.kind == units.REPLACED:
             replaced.append(r)
         elif r.kind == units.IGNORED:
-            ignored.append(r)
+            ignored.append(r)  # adapters included: excluded at wrap time, not injected late
         elif r.kind == units.UNMANAGED:
             (lora if r.adapter else unmanaged).append(r)
     out = []
@@ -68,9 +68,10 @@ def unmanaged_findings(scan: ModelScan) -> list[Finding]:
             make_finding(
                 "FSDP001",
                 f"{_count(len(ignored), 'trainable param')} excluded from FSDP "
-                f"({_examples(r.fqn for r in ignored)}): ignored params are neither sharded nor "
-                "gradient-reduced, so each rank trains its own copy. Ignore only frozen params "
-                "(requires_grad=False), or let FSDP manage these.",
+                f"({_examples(r.fqn for r in ignored)}), through ignored_params (or attached to a "
+                "sharded module after wrapping): they are neither sharded nor gradient-reduced, so each "
+                "rank trains its own copy. Ignore only frozen params (requires_grad=False), or let FSDP "
+                "manage these.",
             )
         )
     return out

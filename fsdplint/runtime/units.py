@@ -125,6 +125,39 @@ def _looks_like_adapter(fqn: str) -> bool:
     return any(part.startswith("lora_") or part == "modules_to_save" for part in fqn.split("."))
 
 
+def _wrap_time_layout(model: nn.Module) -> tuple[set[str], set[str]]:
+    """(modules attached after FSDP2 wrapping, modules inside an FSDP2 call's subtree).
+
+    `fully_shard` flags every module its traversal visits with
+    `_is_fsdp_managed_module`, except modules whose params were all ignored. So an
+    unflagged module that has a flagged descendant was inserted afterwards (as peft
+    does when it wraps a Linear), and an unflagged module right under a flagged one
+    with no flagged descendant was excluded through `ignored_params`.
+    """
+    modules = dict(model.named_modules(remove_duplicate=False))
+    flagged = {n for n, m in modules.items() if getattr(m, "_is_fsdp_managed_module", False)}
+    holds_flagged = set()
+    for n in flagged:
+        parts = n.split(".") if n else []
+        holds_flagged.update(".".join(parts[:i]) for i in range(len(parts)))
+    attached_late, inside_unit = set(), set()
+    for name in modules:
+        if name in flagged:
+            continue
+        chain, cur = [], name
+        while True:
+            chain.append(cur)
+            if not cur:
+                break
+            cur = cur.rpartition(".")[0]
+            if cur in flagged:
+                inside_unit.add(name)
+                if any(c in holds_flagged for c in chain):
+                    attached_late.add(name)
+                break
+    return attached_late, inside_unit
+
+
 def scan_model(model: nn.Module) -> ModelScan:
     managed: dict[int, tuple[str, Optional[str]]] = {}  # id(param) -> (kind, unit fqn)
     replaced_slots: set[tuple[int, str]] = set()  # (id(module), param name) FSDP2 lost track of
@@ -173,6 +206,7 @@ def scan_model(model: nn.Module) -> ModelScan:
                     managed[id(p)] = (FSDP1, unit)
             ignored_ids.update(id(p) for p in getattr(module, "_ignored_params", ()) or ())
 
+    attached_late, inside_unit = _wrap_time_layout(model)
     adapters = _adapter_param_ids(model)
     flat_type = None
     if has_fsdp1:
@@ -190,16 +224,12 @@ def scan_model(model: nn.Module) -> ModelScan:
             if kind is None:
                 if (id(module), pname) in replaced_slots:
                     kind = REPLACED
-                elif id(p) in ignored_ids or (
-                    getattr(module, "_is_fsdp_managed_module", False) and not _is_dtensor(p)
-                ):
-                    # FSDP2 flags every module its DFS visited; a plain param left
-                    # in such a module was excluded through ignored_params.
-                    kind = IGNORED
                 elif _is_dtensor(p):
                     kind = TENSOR_PARALLEL
                 elif getattr(p, "_post_accumulate_grad_hooks", None):
                     kind = SYNCED
+                elif id(p) in ignored_ids or (mod_name in inside_unit and mod_name not in attached_late):
+                    kind = IGNORED
                 else:
                     kind = UNMANAGED
             records.append(

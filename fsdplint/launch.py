@@ -1,0 +1,220 @@
+"""The FSDP settings a script is launched with, wherever they are written.
+
+Most jobs never call `FullyShardedDataParallel` themselves: they run under
+`accelerate launch --config_file fsdp.yaml`, or pass `fsdp=`/`fsdp_config=` to
+`TrainingArguments` (and trl's configs), or build a `FullyShardedDataParallelPlugin`.
+`LaunchFacts` merges those sources under one set of keys (the `fsdp_` prefix
+dropped, as transformers does) and remembers where each value was written, so a
+finding can point at the YAML line that caused it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from fsdplint.errors import UsageError
+
+# Top-level accelerate keys worth keeping (besides fsdp_config).
+_TOP_KEYS = ("distributed_type", "mixed_precision", "num_processes", "num_machines", "use_cpu")
+# TrainingArguments / SFTConfig keyword arguments that matter to the rules.
+_TRAINING_KWARGS = (
+    "gradient_checkpointing", "gradient_checkpointing_kwargs", "ddp_find_unused_parameters",
+    "bf16", "fp16", "torch_compile",
+)
+
+
+@dataclass
+class Setting:
+    key: str
+    value: Any
+    filename: str
+    line: int
+    node: Any = None  # the script's cst node when the value is written in the script
+
+
+@dataclass
+class LaunchFacts:
+    settings: dict[str, Setting] = field(default_factory=dict)
+    fsdp_version: Optional[int] = None
+    # Where the FSDP launch was declared (the YAML file or the script).
+    source: Optional[str] = None
+    text: str = ""  # YAML text, for source lines and noqa
+
+    def get(self, key: str) -> Optional[Setting]:
+        return self.settings.get(_norm(key))
+
+    def value(self, key: str, default: Any = None) -> Any:
+        s = self.get(key)
+        return s.value if s is not None else default
+
+    @property
+    def uses_fsdp(self) -> bool:
+        return self.fsdp_version is not None
+
+    def merged(self, other: "LaunchFacts") -> "LaunchFacts":
+        """`other` (the script) fills in what this (the YAML) leaves open."""
+        out = LaunchFacts(dict(other.settings), other.fsdp_version, other.source, other.text)
+        out.settings.update(self.settings)
+        if self.fsdp_version is not None:
+            out.fsdp_version, out.source, out.text = self.fsdp_version, self.source, self.text
+        return out
+
+
+def _norm(key: str) -> str:
+    key = key.strip().lower()
+    return key[5:] if key.startswith("fsdp_") else key
+
+
+def _version_of(raw: Any) -> Optional[int]:
+    try:
+        return int(str(raw).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+# -- accelerate YAML ------------------------------------------------------------------
+def parse_accelerate_config(text: str, filename: str) -> Optional[LaunchFacts]:
+    """LaunchFacts from accelerate config YAML text; None when it is not an accelerate config."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = (e.problem or e.context or "invalid YAML").strip()
+        raise UsageError(f"{filename}{where}: invalid YAML: {problem}") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{filename}: invalid YAML: {e}") from None
+    if root is None or not isinstance(root, yaml.MappingNode):
+        return None
+    loader_value = _scalar_loader()
+    facts = LaunchFacts(source=filename, text=text)
+    fsdp_section = None
+    for knode, vnode in root.value:
+        key = str(knode.value)
+        if key == "fsdp_config" and isinstance(vnode, yaml.MappingNode):
+            fsdp_section = vnode
+        elif key in _TOP_KEYS:
+            facts.settings[key] = Setting(key, loader_value(vnode), filename, knode.start_mark.line + 1)
+    if "distributed_type" not in facts.settings and fsdp_section is None:
+        return None
+    if fsdp_section is not None:
+        for knode, vnode in fsdp_section.value:
+            key = _norm(str(knode.value))
+            facts.settings[key] = Setting(key, loader_value(vnode), filename, knode.start_mark.line + 1)
+    dist = str(facts.value("distributed_type", "")).upper()
+    if dist == "FSDP" or (fsdp_section is not None and not dist):
+        facts.fsdp_version = _version_of(facts.value("version", 1)) or 1
+    return facts
+
+
+def _scalar_loader():
+    import yaml
+
+    loader = yaml.SafeLoader("")
+
+    def value(node):
+        try:
+            return loader.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            return getattr(node, "value", None)
+
+    return value
+
+
+def load_accelerate_config(path: Path) -> LaunchFacts:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the accelerate config: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: the accelerate config is not UTF-8 text") from None
+    facts = parse_accelerate_config(text, str(path))
+    if facts is None:
+        raise UsageError(f"{path}:1: not an accelerate config (no `distributed_type` or `fsdp_config`)")
+    return facts
+
+
+def find_accelerate_config(script: Path) -> Optional[LaunchFacts]:
+    """The single FSDP accelerate config next to a script, if there is exactly one."""
+    found = []
+    try:
+        candidates = sorted(p for p in script.parent.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    except OSError:
+        return None
+    for p in candidates[:20]:
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "distributed_type" not in text and "fsdp_config" not in text:
+            continue
+        try:
+            facts = parse_accelerate_config(text, str(p))
+        except UsageError:
+            continue  # reported when the YAML itself is linted
+        if facts is not None and facts.uses_fsdp:
+            found.append(facts)
+    return found[0] if len(found) == 1 else None
+
+
+# -- settings written in the script ------------------------------------------------------
+def from_script(analysis) -> Optional[LaunchFacts]:
+    """FSDP settings from TrainingArguments/SFTConfig/... and FullyShardedDataParallelPlugin calls."""
+    facts = LaunchFacts()
+    found = False
+    for call in analysis.calls("TrainingArguments"):
+        found = True
+        for kw in _TRAINING_KWARGS:
+            arg = call.kw(kw)
+            if arg is not None:
+                facts.settings[kw] = Setting(kw, analysis.value(arg, call.scope), "", 0, arg)
+        fsdp = call.kw("fsdp")
+        if fsdp is not None:
+            v = analysis.value(fsdp, call.scope)
+            if v not in (None, "", False, []):
+                facts.fsdp_version = 1
+                facts.settings["sharding"] = Setting("sharding", v, "", 0, fsdp)
+        cfg = call.kw("fsdp_config")
+        if cfg is not None:
+            _add_dict(facts, analysis, cfg, call.scope)
+    for call in analysis.calls("FullyShardedDataParallelPlugin"):
+        found = True
+        facts.fsdp_version = facts.fsdp_version or 1
+        for a in call.node.args:
+            if a.keyword is not None:
+                key = _norm(a.keyword.value)
+                facts.settings[key] = Setting(key, analysis.value(a.value, call.scope), "", 0, a.value)
+    if not found:
+        return None
+    v = facts.get("version")
+    if v is not None and facts.fsdp_version is not None:
+        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
+    return facts
+
+
+def _add_dict(facts: LaunchFacts, analysis, expr, scope) -> None:
+    import libcst as cst
+
+    bound = expr
+    for _ in range(3):
+        if isinstance(bound, cst.Name):
+            nxt = analysis.binding(bound.value, scope)
+            if nxt is None:
+                break
+            bound = nxt
+    if isinstance(bound, cst.Dict):
+        for el in bound.elements:
+            if isinstance(el, cst.DictElement):
+                k = analysis.value(el.key, scope)
+                if isinstance(k, str):
+                    key = _norm(k)
+                    facts.settings[key] = Setting(key, analysis.value(el.value, scope), "", 0, el.value)
+    elif isinstance(bound, cst.Call):
+        for a in bound.args:
+            if a.keyword is not None:
+                key = _norm(a.keyword.value)
+                facts.settings[key] = Setting(key, analysis.value(a.value, scope), "", 0, a.value)
