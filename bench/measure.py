@@ -26,6 +26,7 @@ class Result:
     rc: int | None = None
     error: str | None = None  # set when the tool is unavailable or failed
     last_line: str = ""  # last non-empty stdout line of the last run (e.g. the linter's summary)
+    loads: list[float] = field(default_factory=list)  # 1-minute load average before each measured run
 
     @property
     def ok(self) -> bool:
@@ -93,6 +94,7 @@ def measure(label: str, cmd: list[str], *, runs: int, warmup: int = 1, ok_codes=
     """Run `cmd` warmup + runs times; a run whose exit code is not in ok_codes marks the result failed."""
     res = Result(label, cmd)
     for i in range(warmup + runs):
+        load = os.getloadavg()[0]
         wall, rss, tree, rc, text = run_once(cmd, cwd=cwd, env=env, log=log, sample_tree=sample_tree)
         res.rc = rc
         lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -105,6 +107,7 @@ def measure(label: str, cmd: list[str], *, runs: int, warmup: int = 1, ok_codes=
         if i >= warmup:
             res.times.append(wall)
             res.rss_mb.append(rss)
+            res.loads.append(load)
             if tree is not None:
                 res.tree_rss_mb.append(tree)
         echo(f"  {label}: {'warmup' if i < warmup else f'run {i - warmup + 1}/{runs}'} {wall:.2f} s, {rss:.0f} MB")

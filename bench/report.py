@@ -31,20 +31,20 @@ def _s(x: float) -> str:
 
 def _row(res: Result | None, bench, lines: int | None = None, label: str | None = None) -> str:
     if res is None:
-        return f"| {label} | not run | | | | | |"
+        return f"| {label} | not run | | | | | | |"
     name = label or res.label
     if not res.ok:
-        return f"| {name} | {_clean(res.error or 'failed', bench)} | | | | | |"
+        return f"| {name} | {_clean(res.error or 'failed', bench)} | | | | | | |"
     rate = f"{lines / res.median:,.0f}" if lines else ""
     rss = f"{res.peak_rss:.0f}"
     if res.peak_tree_rss is not None:
         rss += f" ({res.peak_tree_rss:.0f} all processes)"
     return (f"| {name} | {len(res.times)} | {_s(res.median)} | {_s(min(res.times))}–{_s(max(res.times))} | "
-            f"{rate} | {rss} | {res.rc} |")
+            f"{rate} | {rss} | {max(res.loads):.1f} | {res.rc} |")
 
 
-HEADER = ("| command | runs | median s | min–max s | lines/s | peak RSS MiB | exit |\n"
-          "|---|---|---|---|---|---|---|")
+HEADER = ("| command | runs | median s | min–max s | lines/s | peak RSS MiB | load | exit |\n"
+          "|---|---|---|---|---|---|---|---|")
 
 
 def _ratio(a: Result | None, b: Result | None) -> float | None:
@@ -128,7 +128,8 @@ def render(bench, machine_lines: list[str], started, finished) -> str:
            f"({(finished - started).total_seconds() / 60:.1f} min). Regenerate with the harness; see README.md.",
            "Times are whole processes (start-up included): median of the measured runs after one warm-up run "
            "(none for TorchFix). Peak RSS is the largest single process; with -j 2 the sampled sum over all "
-           "processes is in parentheses.", "",
+           "processes is in parentheses. \"load\" is the highest 1-minute load average seen before a measured run "
+           "(other work on the machine; above the core count, times are inflated).", "",
            "## Machine", "", *machine_lines, "",
            "## Targets", "", *targets(bench), ""]
 
@@ -141,7 +142,13 @@ def render(bench, machine_lines: list[str], started, finished) -> str:
             for key in (f"parse-only -j {jobs} x1", f"fsdplint -j {jobs} x1", f"torchfix -j {jobs} x1"):
                 if r(key) is not None:
                     out.append(_row(r(key), bench, lines))
-        out += ["", "Ratios per job count (fsdplint / parse-only, fsdplint / TorchFix):", ""]
+        out += ["", "Last output line of each tool (last run):", ""]
+        for jobs in args.jobs:
+            for key in (f"parse-only -j {jobs} x1", f"fsdplint -j {jobs} x1", f"torchfix -j {jobs} x1"):
+                if r(key) is not None and r(key).ok:
+                    out.append(f"- {key}: `{_clean(r(key).last_line, bench)[:200]}`")
+        out += ["", "TorchFix itself skips files that do not contain the string \"torch\" before parsing.", "",
+                "Ratios per job count (fsdplint / parse-only, fsdplint / TorchFix):", ""]
         for jobs in args.jobs:
             p, t = _ratio(r(f"fsdplint -j {jobs} x1"), r(f"parse-only -j {jobs} x1")), \
                 _ratio(r(f"fsdplint -j {jobs} x1"), r(f"torchfix -j {jobs} x1"))
@@ -166,20 +173,22 @@ def render(bench, machine_lines: list[str], started, finished) -> str:
     if "audit" in ran:
         out += ["Configs: `bench/configs/` (Llama-3-8B, Llama-3-70B, Llama-3.1-405B from the public architecture "
                 "numbers). Command: `fsdplint model CONFIG " + args.audit_args + " --world-size N`.", "",
-                "| config | world size | runs | median s | min–max s | peak RSS MiB | exit |", "|---|---|---|---|---|---|---|"]
+                "| config | world size | runs | median s | min–max s | peak RSS MiB | load | exit |",
+                "|---|---|---|---|---|---|---|---|"]
         audits = {k: v for k, v in bench.results.items() if k.startswith("audit ")}
         errors = {v.error for v in audits.values()}
         if len(audits) > 1 and len(errors) == 1 and None not in errors:
-            out.append(f"| all | all | {_clean(errors.pop(), bench)} | | | | |")
+            out.append(f"| all | all | {_clean(errors.pop(), bench)} | | | | | |")
             audits = {}
         for key, res in audits.items():
             if True:
                 _, config, ws = key.split()
                 if res.ok:
                     out.append(f"| {config} | {ws[1:]} | {len(res.times)} | {_s(res.median)} | "
-                               f"{_s(min(res.times))}–{_s(max(res.times))} | {res.peak_rss:.0f} | {res.rc} |")
+                               f"{_s(min(res.times))}–{_s(max(res.times))} | {res.peak_rss:.0f} | "
+                               f"{max(res.loads):.1f} | {res.rc} |")
                 else:
-                    out.append(f"| {config} | {ws[1:]} | {_clean(res.error or 'failed', bench)} | | | | |")
+                    out.append(f"| {config} | {ws[1:]} | {_clean(res.error or 'failed', bench)} | | | | | |")
     else:
         out.append("Skipped (`--only`).")
     out.append("")

@@ -70,6 +70,7 @@ class Fsdplint:
     model_ok: bool = False
     model_why: str = ""
     model_help: str = ""
+    base: list[str] = field(default_factory=list)  # the bare `fsdplint` command
 
     @classmethod
     def probe(cls) -> "Fsdplint":
@@ -82,6 +83,9 @@ class Fsdplint:
             why = (text.strip().splitlines() or [f"exit code {rc}"])[-1][:200]
             tool.lint_why = tool.model_why = f"`fsdplint --help` failed: {why}"
             return tool
+        if re.search(r"^\s+check\s", text, re.M):  # a command group: lint with the explicit `check`
+            tool.cmd = [*cmd, "check"]
+            rc, text = _probe([*tool.cmd, "--help"])
         if re.search(r"--jobs\b", text):
             tool.jobs_flag = "--jobs"
         elif re.search(r"(^|[\s,])-j\b", text):
@@ -92,6 +96,7 @@ class Fsdplint:
         if not tool.lint_ok:
             tool.lint_why = f"`fsdplint {SAMPLE.name}` exited {rc}: " + " | ".join(text.strip().splitlines()[-2:])[:300]
         rc, text = _probe([*cmd, "model", "--help"])
+        tool.base = cmd
         tool.model_ok, tool.model_help = rc == 0, text
         if rc != 0:
             tool.model_why = "`fsdplint model --help` failed: " + " | ".join(text.strip().splitlines()[-2:])[:300]
@@ -201,7 +206,7 @@ class Bench:
 
     def audit_cmd(self, config: str, world_size: int) -> list[str]:
         cfg = BENCH / "configs" / f"{config}.json"
-        return [*self.fsdplint.cmd, "model", str(cfg), *self.args.audit_args.split(), "--world-size", str(world_size)]
+        return [*(self.fsdplint.base or self.fsdplint.cmd), "model", str(cfg), *self.args.audit_args.split(), "--world-size", str(world_size)]
 
     def scenario_audit(self) -> None:
         tool = self.fsdplint
@@ -263,6 +268,18 @@ def setup_torchfix() -> None:
     subprocess.run([str(TORCHFIX_VENV / "bin" / "pip"), "install", "-q", f"torchfix=={TORCHFIX_VERSION}"], check=True)
 
 
+def _rules_summary() -> str:
+    try:
+        from fsdplint.registry import all_rules
+        from fsdplint.rule import Rule
+
+        rules = all_rules()
+    except Exception as exc:  # the harness must run whatever state fsdplint is in
+        return f"unavailable ({type(exc).__name__})"
+    static = [r.code for r in rules if r.check is not Rule.check]
+    return f"{len(rules)} rules registered, {len(static)} with a static check ({', '.join(static) or 'none'})"
+
+
 def _torchfix_libcst() -> str:
     rc, text = _probe([str(TORCHFIX_VENV / "bin" / "python"), "-c", "import libcst, importlib.metadata as m; "
                        "print(m.version('torchfix'), m.version('libcst'))"])
@@ -309,7 +326,7 @@ def main(argv=None) -> None:
         for name in args.only:
             log(f"== {name}")
             getattr(bench, f"scenario_{name}")()
-        env = {"TorchFix": _torchfix_libcst(), "Static CLI": " ".join([Path(tool.cmd[0]).name, *tool.lint_args(1)[1:]])}
+        env = {"fsdplint rules": _rules_summary(), "TorchFix": _torchfix_libcst(), "Static CLI": " ".join([Path(tool.cmd[0]).name, *tool.lint_args(1)[1:]])}
         text = report.render(bench, machine.describe(REPO, env), started, datetime.datetime.now())
     args.output.write_text(text)
     log(f"wrote {args.output}")

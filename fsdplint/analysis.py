@@ -68,6 +68,8 @@ class Step:
     prefix: str
     mapping: dict[str, str]
     returns: list[str] = field(default_factory=list)  # keys returned by an inlined helper
+    # Position in the timeline (execution order); `seq` is the source order, which differs for inlined helpers.
+    order: int = -1
 
     @property
     def seq(self) -> int:
@@ -104,7 +106,8 @@ class Event:
 
     @property
     def seq(self) -> int:
-        return self.step.seq
+        """Execution order within the timeline (a helper defined below its caller still runs at the call)."""
+        return self.step.order if self.step.order >= 0 else self.step.seq
 
     @property
     def entity(self) -> Optional[str]:
@@ -133,6 +136,8 @@ class Timeline:
         self.analysis = analysis
         self.scope = scope
         self.steps = steps
+        for i, step in enumerate(steps):
+            step.order = i
         self.uf = UnionFind()
         self.events: list[Event] = []
         self.model_keys: set[str] = set()
@@ -283,12 +288,114 @@ class ScriptAnalysis:
             return None
         return None
 
+    def keywords(self, call: Call) -> Optional[dict[str, cst.BaseExpression]]:
+        """Keyword arguments of a call, including `**name` dicts built in the same scope; None if one is unknown.
+
+        `**name` resolves when `name` is bound once to a dict literal or `dict(...)`, plus any
+        `name["key"] = value` in that scope before the call; `name.update(...)` makes it unknown.
+        """
+        out: dict[str, cst.BaseExpression] = {}
+        for a in call.node.args:
+            if a.star == "**":
+                d = dotted(a.value)
+                bound = self.binding(d, call.scope) if d else (a.value if isinstance(a.value, (cst.Dict, cst.Call)) else None)
+                if isinstance(bound, cst.Dict):
+                    for el in bound.elements:
+                        key = self.value(el.key, call.scope) if isinstance(el, cst.DictElement) else UNKNOWN
+                        if not isinstance(key, str):
+                            return None
+                        out[key] = el.value
+                elif isinstance(bound, cst.Call) and dotted(bound.func) == "dict" and all(x.keyword for x in bound.args):
+                    out.update({x.keyword.value: x.value for x in bound.args})
+                else:
+                    return None
+                if any(c.method == "update" and dotted(c.receiver) == d for c in call.scope.calls):
+                    return None
+                for ds in call.scope.dict_sets:
+                    if ds.target == d and ds.seq < call.seq:
+                        if ds.key is None:
+                            return None
+                        out[ds.key] = ds.value
+            elif a.keyword is not None:
+                out[a.keyword.value] = a.value
+        return out
+
     @cached_property
     def _calls_by_node(self) -> dict[int, Call]:
         return {id(c.node): c for c in self.c.calls}
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
+
+    # -- call-site context of inlined helpers ------------------------------------------
+    @cached_property
+    def _calls_by_seq(self) -> dict[int, Call]:
+        return {c.seq: c for c in self.c.calls}
+
+    def site_calls(self, step: Step) -> list[Call]:
+        """The call itself, then the calls of same-file helpers it was inlined through (innermost first)."""
+        import re
+
+        out = [step.call] if step.call is not None else []
+        for seq in reversed(re.findall(r"@(\d+):", step.prefix)):
+            c = self._calls_by_seq.get(int(seq))
+            if c is not None:
+                out.append(c)
+        return out
+
+    def rank_guard(self, step: Step) -> Optional[cst.CSTNode]:
+        """The `if` that runs this step on some ranks only (`rank == 0`, `dist.get_rank() == 0`, ...), if any."""
+        import re
+
+        call_form = re.compile(
+            r"\b\w*rank\w*\(\)\s*(==|!=|<=|<|>|>=)\s*[01]\b|\b[01]\s*(==|!=)\s*[\w.]*rank\w*\(\)|\b\w*rank\w*\s+(not\s+)?in\s*[\[(]"
+        )
+        for c in self.site_calls(step):
+            for g in c.guards:
+                if g.kind in ("rank0", "not_rank0"):
+                    return g.node
+                test = getattr(g.node, "test", None)
+                if test is not None and call_form.search(self.code(test)):
+                    return g.node
+            if c.scope_rank0:
+                return c.scope.node
+        return None
+
+    def keyword(self, call: Call, name: str) -> Any:
+        """The expression passed as `name=`, also through `**d` with `d = dict(...)`/`{...}`; None if absent,
+        UNKNOWN if an unresolved `**kwargs` may hold it."""
+        direct = call.kw(name)
+        if direct is not None:
+            return direct
+        hidden = False
+        for star in call.star_kwargs():
+            d = star
+            for _ in range(4):
+                if isinstance(d, (cst.Name, cst.Attribute)):
+                    dn = dotted(d)
+                    d = self.binding(dn, call.scope) if dn else None
+                else:
+                    break
+            if isinstance(d, cst.Call) and dotted(d.func) == "dict" and all(a.keyword is not None for a in d.args):
+                for a in d.args:
+                    if a.keyword.value == name:
+                        return a.value
+            elif isinstance(d, cst.Dict) and all(isinstance(e, cst.DictElement) for e in d.elements):
+                for e in d.elements:
+                    if isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == name:
+                        return e.value
+            else:
+                hidden = True
+            if star is not None and isinstance(star, cst.Name):
+                # `kwargs["name"] = v` after the dict was built.
+                for ds in call.scope.dict_sets + self.c.module_scope.dict_sets:
+                    if ds.target == star.value and ds.key == name and ds.seq < call.seq:
+                        return ds.value
+        return UNKNOWN if hidden else None
+
+    def enclosing_withs(self, step: Step) -> list[cst.BaseExpression]:
+        """With-items around this step, including those around the helper calls it was inlined through."""
+        return [w for c in self.site_calls(step) for w in c.withs]
 
     # -- references ------------------------------------------------------------------
     def ref(self, expr: Optional[cst.BaseExpression], step: Step) -> Optional[Ref]:

@@ -45,6 +45,10 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
     "lambda_auto_wrap_policy": (f"{_FSDP1}.wrap.lambda_auto_wrap_policy",),
     "ModuleWrapPolicy": (f"{_FSDP1}.wrap.ModuleWrapPolicy",),
     "CustomPolicy": (f"{_FSDP1}.wrap.CustomPolicy",),
+    # Manual FSDP1 wrapping of submodules: `with enable_wrap(wrapper_cls=FSDP): wrap(layer)`.
+    "fsdp_wrap": (f"{_FSDP1}.wrap.wrap",),
+    "enable_wrap": (f"{_FSDP1}.wrap.enable_wrap",),
+    "functools_partial": ("functools.partial",),
     "init_process_group": (
         "torch.distributed.init_process_group",
         "torch.distributed.distributed_c10d.init_process_group",

@@ -257,8 +257,8 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
                     difflib.unified_diff(
                         res.original.splitlines(keepends=True),
                         res.fixed_text.splitlines(keepends=True),
-                        fromfile=f"a/{res.filename}",
-                        tofile=f"b/{res.filename}",
+                        fromfile=f"a/{res.filename.lstrip('/')}",
+                        tofile=f"b/{res.filename.lstrip('/')}",
                     )
                 )
             )

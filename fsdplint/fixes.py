@@ -107,6 +107,7 @@ def add_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
         new = new.with_changes(comma=last.comma)
     else:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(new)
     return call.with_changes(args=args)
 
 

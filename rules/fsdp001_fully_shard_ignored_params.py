@@ -1,6 +1,14 @@
+import re
+
+import libcst as cst
+
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
-from fsdplint.rule import Rule
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule, Valid
+
+# An `if` test that gates on the torch version (or on the argument being supported).
+_GATE = re.compile(r"version|2[._]7|\(\s*2\s*,\s*7|hasattr|signature|ignored_params|_GE_2|GREATER", re.I)
 
 
 class FullyShardIgnoredParams(Rule):
@@ -51,6 +59,95 @@ class FullyShardIgnoredParams(Rule):
     references = ("https://github.com/pytorch/pytorch/pull/146631",
                   "https://github.com/pytorch/pytorch/issues/149074")
 
+    VALID = [
+        Valid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            fully_shard(model, ignored_params=frozen_4bit)
+            """,
+            target={"torch": "2.7"},
+        ),
+        """
+        from torch.distributed._composable.fsdp import fully_shard
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        """,
+        # Libraries gate the argument on the torch version (accelerate#3924, trl#7259).
+        """
+        from accelerate.utils import is_torch_version
+        from torch.distributed._composable.fsdp import fully_shard
+        kwargs = {"reshard_after_forward": True}
+        if is_torch_version(">=", "2.7.0"):
+            kwargs["ignored_params"] = frozen_4bit
+        fully_shard(model, **kwargs)
+        """,
+        """
+        import torch
+        from packaging import version
+        import torch.distributed.fsdp as f
+
+        def shard(model, frozen):
+            if version.parse(torch.__version__) >= version.parse("2.7"):
+                f.fully_shard(model, ignored_params=frozen)
+            else:
+                f.fully_shard(model)
+        """,
+        """
+        from torch.distributed._composable.fsdp import fully_shard
+        TORCH_GE_2_7 = check()
+        extra = {"ignored_params": frozen} if TORCH_GE_2_7 else {}
+        fully_shard(model, **extra)
+        """,
+        # The kwargs come from the caller: unknown, so silent.
+        """
+        from torch.distributed._composable.fsdp import fully_shard
+        def shard(model, **fsdp_kwargs):
+            fully_shard(model, **fsdp_kwargs)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.distributed._composable.fsdp import fully_shard
+            frozen = {p for p in model.parameters() if not p.requires_grad}
+            fully_shard(model, ignored_params=frozen)
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as f
+            fsdp_kwargs = {"mesh": mesh, "ignored_params": frozen}
+            for layer in model.layers:
+                f.fully_shard(layer, **fsdp_kwargs)
+            f.fully_shard(model, **fsdp_kwargs)
+            """,
+            target={"torch": "2.6"},
+            line=2,
+        ),
+        Invalid(
+            """
+            from torch.distributed._composable.fsdp import fully_shard as shard
+            kwargs = dict(reshard_after_forward=True)
+            kwargs["ignored_params"] = frozen
+
+            def main():
+                shard(model, **kwargs)
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import functools
+            from torch.distributed._composable.fsdp import fully_shard
+            shard = functools.partial(fully_shard, ignored_params=frozen)
+            """,
+            target={"torch": "2.5.1"},
+            line=3,
+        ),
+    ]
+
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},
              fsdp={"ignored_params": "4bit"}),
@@ -60,6 +157,32 @@ class FullyShardIgnoredParams(Rule):
         spec(fsdp={"ignored_params": ["*lora_A*"]}),
         spec(quantization={"load_in_4bit": True}, fsdp={"ignored_params": "4bit", "torch": "2.6"}),
     ]
+
+    def check(self, ctx) -> None:
+        tv = ctx.version("torch")
+        if not tv < "2.7":
+            return
+        a = ctx.analysis
+        message = (
+            f"`ignored_params` reaches fully_shard, which accepts it only from torch 2.7.0; the target is "
+            f"{tv.describe()}, where this raises TypeError: fully_shard() got an unexpected keyword argument "
+            f"'ignored_params'. Upgrade to torch >= 2.7, or pass it only when torch >= 2.7."
+        )
+        seen = set()
+        for call in a.calls("fully_shard"):
+            if _gated_call(a, call):
+                continue
+            for node in _ignored_params_sources(a, call):
+                if id(node) not in seen:
+                    seen.add(id(node))
+                    ctx.report(node, message)
+        for call in a.calls("functools_partial"):
+            target = call.arg(0)
+            q = a.resolver.qualify(target) if target is not None else None
+            if q and _is_fully_shard(q) and not _gated_call(a, call):
+                arg = call.kwarg("ignored_params")
+                if arg is not None:
+                    ctx.report(arg, message)
 
     def audit(self, ctx):
         ctx.report_problems(self)
@@ -78,3 +201,64 @@ class FullyShardIgnoredParams(Rule):
                              f"neither shards them nor reduces their gradients, so every rank trains its own "
                              f"copy and the replicas diverge. Ignore only frozen parameters (e.g. the 4-bit "
                              f"base weights).", field="fsdp.ignored_params", param=trainable[0].fqn)
+
+
+def _is_fully_shard(qualname):
+    from fsdplint.apis import api_of
+
+    return api_of(qualname) == "fully_shard"
+
+
+def _gate_in(a, guards) -> bool:
+    for g in guards:
+        if g.kind == "version":
+            return True
+        test = getattr(g.node, "test", None)
+        if test is not None and _GATE.search(a.code(test)):
+            return True
+    return False
+
+
+def _gated_call(a, call) -> bool:
+    """True when every way the call runs is behind a version check (its own `if`, or its helper's call site)."""
+    if _gate_in(a, call.guards):
+        return True
+    steps = [s for t in a.timelines for s in t.steps if s.item is call]
+    return bool(steps) and all(any(_gate_in(a, c.guards) for c in a.site_calls(s)) for s in steps)
+
+
+def _ignored_params_sources(a, call):
+    """Nodes that put `ignored_params` into this call: the keyword, a `**dict` entry, `d["ignored_params"] = ...`."""
+    arg = call.kwarg("ignored_params")
+    if arg is not None:
+        yield arg
+    for star in call.star_kwargs():
+        name = dotted(star)
+        if name is None:
+            continue
+        bound = a.binding(name, call.scope)
+        if isinstance(bound, cst.Dict):
+            for el in bound.elements:
+                if isinstance(el, cst.DictElement) and a.value(el.key, call.scope) == "ignored_params":
+                    yield el
+        elif isinstance(bound, cst.Call) and dotted(bound.func) == "dict":
+            for x in bound.args:
+                if x.keyword is not None and x.keyword.value == "ignored_params":
+                    yield x
+        scopes = {id(call.scope): call.scope, id(a.c.module_scope): a.c.module_scope}
+        for scope in scopes.values():
+            if scope is not call.scope and name in call.scope.assigns:
+                continue  # a local binding shadows the module-level dict
+            for ds in scope.dict_sets:
+                if ds.target == name and ds.key == "ignored_params" and not _gate_in(a, ds.guards):
+                    yield ds.stmt.node if ds.stmt is not None else ds.value
+            for c in scope.calls:
+                if c.method == "update" and dotted(c.receiver) == name and not _gate_in(a, c.guards):
+                    if c.kwarg("ignored_params") is not None:
+                        yield c.kwarg("ignored_params")
+                    for x in c.node.args:
+                        if isinstance(x.value, cst.Dict) and any(
+                            isinstance(el, cst.DictElement) and a.value(el.key, c.scope) == "ignored_params"
+                            for el in x.value.elements
+                        ):
+                            yield x

@@ -35,7 +35,7 @@ class PerRankMemoryOverBudget(Rule):
     - torch `_fully_shard.py` (sharding by dim-0 chunks); torch `optim/adamw.py` (state in the param dtype)
     """
     AUDIT_VALID = [spec(gpu_memory="80GiB"), spec()]
-    AUDIT_INVALID = [spec(gpu_memory="1MiB")]
+    AUDIT_INVALID = [spec(gpu_memory="100KiB")]
 
     def audit(self, ctx):
         from fsdplint.audit.memory import fmt_bytes

@@ -1,7 +1,11 @@
+import libcst as cst
+
 from fsdplint.audit.examples import spec
 from fsdplint.audit.params import dtype_name
+from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Applicability, Severity
-from fsdplint.rule import Rule
+from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
+from fsdplint.rule import Invalid, Rule, Valid
 
 
 class QloraQuantStorageMismatch(Rule):
@@ -13,12 +17,15 @@ class QloraQuantStorageMismatch(Rule):
         "flattened)"
     )
     sides = "SA"
-    fix = Applicability.UNSAFE
+    fix = Applicability.SAFE
     versions = {"bitsandbytes": ">=0.43.0"}
     doc = """
     ## What it does
     Computes the FSDP1 flat parameters of a 4-bit model with the dtype the loaded weights will have
     (`bnb_4bit_quant_storage`, uint8 by default) and runs FSDP1's own flattening checks on each unit.
+    In scripts, finds `BitsAndBytesConfig(load_in_4bit=True)` under FSDP1 (`FullyShardedDataParallel`,
+    or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, or with one that differs
+    from the `dtype=`/`torch_dtype=` the model is loaded with.
 
     ## Why is this bad?
     A `FlatParameter` needs one floating dtype. With the default uint8 storage FSDP1 raises `ValueError:
@@ -37,7 +44,10 @@ class QloraQuantStorageMismatch(Rule):
     ```
 
     ## Fix safety
-    Unsafe: the storage dtype must equal the load dtype, which the fix cannot always see.
+    Safe, and offered only when the dtype passed to `from_pretrained(dtype=/torch_dtype=)` with this
+    config is known exactly: the fix sets `bnb_4bit_quant_storage` to that same expression, which only
+    changes the container dtype the packed 4-bit values are stored in. With an unknown or `"auto"` load
+    dtype no fix is offered.
 
     ## Versions
     `bnb_4bit_quant_storage` exists from bitsandbytes 0.43.0.
@@ -46,6 +56,187 @@ class QloraQuantStorageMismatch(Rule):
     - bitsandbytes docs fsdp_qlora.md; bnb#970
     - peft docs accelerate/fsdp.md; peft#1432; axolotl#1494; trl#1723
     """
+    VALID = [
+        # The catalog's correct pattern: storage taken from the same variable as the load dtype.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        torch_dtype = torch.bfloat16
+        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch_dtype)
+        model = FSDP(model, use_orig_params=False)
+        """,
+        """
+        import torch
+        import torch.distributed.fsdp as f
+        import transformers as tr
+
+        cfg = tr.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage="bfloat16")
+        model = tr.AutoModelForCausalLM.from_pretrained("m", quantization_config=cfg, dtype=torch.bfloat16)
+        model = f.FullyShardedDataParallel(model)
+        """,
+        # Not FSDP: plain single-GPU QLoRA keeps the uint8 default.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        from peft import get_peft_model
+
+        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, device_map="auto")
+        model = get_peft_model(model, cfg)
+        """,
+        # FSDP2 is FSDP201's business, not this rule's.
+        """
+        import torch
+        from torch.distributed.fsdp import fully_shard
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        bnb = BitsAndBytesConfig(load_in_4bit=True)
+        model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb)
+        fully_shard(model)
+        """,
+        # The 4-bit flag is a runtime choice the linter cannot see.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        bnb = BitsAndBytesConfig(load_in_4bit=args.qlora)
+        model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+        model = FSDP(model)
+        """,
+        # Storage passed through a kwargs dict that the linter resolves.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        qkw = dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_quant_storage=torch.bfloat16)
+        bnb = BitsAndBytesConfig(**qkw)
+        model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+        model = FSDP(model)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            bnb_config = BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type="nf4",
+                bnb_4bit_compute_dtype=torch.bfloat16,
+            )
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb_config, torch_dtype=torch.bfloat16)
+            model = FSDP(model)
+            """,
+            line=5,
+            expected_fix="""
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            bnb_config = BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type="nf4",
+                bnb_4bit_compute_dtype=torch.bfloat16,
+                bnb_4bit_quant_storage=torch.bfloat16,
+            )
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb_config, torch_dtype=torch.bfloat16)
+            model = FSDP(model)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed.fsdp as f
+            import transformers as tr
+
+            dtype = torch.bfloat16
+            q = tr.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.float32)
+            model = tr.AutoModelForCausalLM.from_pretrained("m", quantization_config=q, dtype=dtype)
+            model = f.FullyShardedDataParallel(model)
+            """,
+            line=6,
+            expected_fix="""
+            import torch
+            import torch.distributed.fsdp as f
+            import transformers as tr
+
+            dtype = torch.bfloat16
+            q = tr.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=dtype)
+            model = tr.AutoModelForCausalLM.from_pretrained("m", quantization_config=q, dtype=dtype)
+            model = f.FullyShardedDataParallel(model)
+            """,
+        ),
+        # Load dtype unknown ("auto" reads it from the checkpoint): reported, no fix.
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig as BnB
+
+            def load(name):
+                return AutoModelForCausalLM.from_pretrained(name, quantization_config=BnB(load_in_4bit=True))
+
+            model = FSDP(load("m"))
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            from accelerate import FullyShardedDataParallelPlugin
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            model_kwargs = dict(torch_dtype="bfloat16", quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+            model = AutoModelForCausalLM.from_pretrained("m", **model_kwargs)
+            model = FSDP(model)
+            """,
+            line=5,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        if not (a.uses_fsdp1 or (a.uses_fsdp and not a.uses_fsdp2)):
+            return
+        loads = a.calls("load_model")
+        for bnb in a.calls("BitsAndBytesConfig"):
+            if _resolved(a, bnb, "load_in_4bit") is not True:
+                continue
+            storage = a.keyword(bnb, "bnb_4bit_quant_storage")
+            if storage is UNKNOWN:
+                continue
+            load = _load_using(a, bnb, loads)
+            dtype = a.keyword(load, "dtype") if load is not None else None
+            if load is not None and dtype is None:
+                dtype = a.keyword(load, "torch_dtype")
+            dtype_name = _dtype(a, dtype, load) if dtype is not None and dtype is not UNKNOWN else None
+            if storage is None:
+                msg = ("This 4-bit config under FSDP1 keeps the default uint8 bnb_4bit_quant_storage: FSDP1 cannot "
+                       "flatten integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). "
+                       "Set bnb_4bit_quant_storage to the dtype the model is loaded with")
+                msg += f" ({dtype_name})." if dtype_name else " and pass that dtype to from_pretrained(dtype=...)."
+                fix = _fix(ctx, a, bnb, dtype, load, dtype_name, replace=False)
+                ctx.report(bnb.node, msg, fix=fix)
+                continue
+            storage_name = _dtype(a, storage, bnb)
+            if storage_name is None or dtype_name is None:
+                # Unknown values: still equal when both sides are the same variable.
+                continue
+            if storage_name != dtype_name:
+                ctx.report(
+                    bnb.kwarg("bnb_4bit_quant_storage") or bnb.node,
+                    f"bnb_4bit_quant_storage is {storage_name} but the model is loaded as {dtype_name}: FSDP1 cannot "
+                    f"flatten a unit mixing the 4-bit storage dtype with the other parameters' dtype (ValueError: "
+                    f"Must flatten tensors with uniform dtype). Set bnb_4bit_quant_storage={dtype_name}.",
+                    fix=_fix(ctx, a, bnb, dtype, load, dtype_name, replace=True),
+                )
+
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},
              fsdp={"version": 1, "auto_wrap_policy": "peft"}),
@@ -65,3 +256,68 @@ class QloraQuantStorageMismatch(Rule):
                              f"{dtype_name(storage)}; set bnb_4bit_quant_storage={dtype_name(ctx.built.dtype)} "
                              f"(the model dtype) so every flat parameter has one floating dtype.",
                        unit=unit, field="quantization")
+
+
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
+                  "float16": "float16", "float32": "float32", "float64": "float64", "uint8": "uint8", "int8": "int8"}
+
+
+def _resolved(a, call, name):
+    expr = a.keyword(call, name)
+    if expr is None or expr is UNKNOWN:
+        return UNKNOWN
+    return a.value(expr, call.scope)
+
+
+def _dtype(a, expr, call):
+    """`torch.bfloat16` / `"bfloat16"` / a variable bound to one of them -> "bfloat16"; else None."""
+    v = a.value(expr, call.scope if call is not None else None)
+    if isinstance(v, QName) and v.name.startswith("torch."):
+        return _DTYPE_ALIASES.get(v.name[len("torch."):])
+    if isinstance(v, str):
+        return _DTYPE_ALIASES.get(v)
+    return None
+
+
+def _load_using(a, bnb, loads):
+    """The from_pretrained call that receives this BitsAndBytesConfig."""
+    for load in loads:
+        q = a.keyword(load, "quantization_config")
+        if q is None or q is UNKNOWN:
+            continue
+        if q is bnb.node or a.call_for(q, load.scope, "BitsAndBytesConfig") is bnb:
+            return load
+    return None
+
+
+def _fix(ctx, a, bnb, dtype, load, dtype_name, replace):
+    """Set the storage to the load dtype expression, when that expression is exact and visible at the config."""
+    if dtype_name is None or dtype is None or dtype is UNKNOWN:
+        return None
+    text = ctx.code(dtype).strip()
+    if isinstance(dtype, cst.Name) and not _visible(a, dtype.value, bnb, load):
+        v = a.value(dtype, load.scope)
+        if not (isinstance(v, QName) and a.resolver.qualify(cst.parse_expression(v.name)) == v.name):
+            return None
+        text = v.name
+    if not (bnb.star_kwargs() == [] or bnb.kwarg("bnb_4bit_quant_storage") is not None):
+        return None  # the config is built from **kwargs: where to add it is the user's call
+    if replace:
+        new = replace_keyword(bnb.node, "bnb_4bit_quant_storage", text)
+    else:
+        new = add_keyword(bnb.node, "bnb_4bit_quant_storage", text)
+    return safe(f"Set bnb_4bit_quant_storage={text}", Replace(bnb.node, ctx.code(new)))
+
+
+def _visible(a, name, bnb, load):
+    """Is the variable `name` bound (once) before the config is built, in the config's scope or the module?"""
+    if load is not None and load.scope is not bnb.scope and load.scope is not a.c.module_scope:
+        if name in load.scope.assigns or name in load.scope.params:
+            return False  # the load sees a local the config may not
+    for scope in (bnb.scope, a.c.module_scope):
+        vals = scope.assigns.get(name)
+        if vals:
+            return len(vals) == 1 and vals[0][0] < bnb.seq
+        if name in scope.params:
+            return scope is bnb.scope
+    return False

@@ -116,3 +116,25 @@ def test_every_registered_rule_has_a_descriptor():
         assert desc["name"] == rule.name
         assert desc["helpUri"].endswith(f"/{rule.code}.html")
         assert desc["defaultConfiguration"]["level"] == {"error": "error", "warning": "warning", "info": "note"}[rule.severity.value]
+
+
+def test_cli_sarif_output_validates(validator, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from fsdplint.cli import main
+
+    (tmp_path / "train.py").write_text(
+        "from peft import get_peft_model\n"
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "model = FSDP(model, use_orig_params=True)\n"
+        "model = get_peft_model(model, lora_config)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["check", "--isolated", "--output-format", "sarif", "."], catch_exceptions=False)
+    assert res.exit_code == 1
+    log = json.loads(res.stdout)
+    assert not list(validator.iter_errors(log))
+    (result,) = log["runs"][0]["results"]
+    assert result["ruleId"] == "FSDP101"
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.py"
+    assert result["fixes"]

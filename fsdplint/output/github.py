@@ -27,9 +27,16 @@ def unescape_property(text: str) -> str:
     return unescape_data(text.replace("%2C", ",").replace("%3A", ":"))
 
 
+def _repo_relative(filename: str) -> str:
+    # GitHub matches annotations to files by repo-relative path: drop a leading `./`.
+    while filename.startswith("./") and len(filename) > 2:
+        filename = filename[2:]
+    return filename
+
+
 def annotation(f) -> str:
     props = {
-        "file": f.filename,
+        "file": _repo_relative(f.filename),
         "line": str(f.start.row),
         "col": str(f.start.column),
         "endLine": str(f.end.row),

@@ -9,6 +9,7 @@ catches the error so the next scenario can run; OUT_DIR/rank<N>.json collects
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -118,6 +119,15 @@ def qlora_fsdp2():
     return model, None, {}
 
 
+def empty_rank_shards():
+    # Only lora_A (r=1) trains: its single row lands on rank 0, rank 1 holds nothing trainable.
+    model = tiny.add_lora(tiny.base_model(), r=1)
+    for name, p in model.named_parameters():
+        p.requires_grad_("lora_A" in name)
+    tiny.shard(model)
+    return model, None, {}
+
+
 def replicated_adapter_synced():
     # transformers' pattern for adapters added after sharding: broadcast + grad all-reduce hook.
     model = tiny.add_lora(tiny.shard(tiny.base_model()), seed=dist.get_rank())
@@ -130,19 +140,21 @@ def replicated_adapter_synced():
 SCENARIOS = {f.__name__: f for f in [
     correct, lora_after_wrap, forgot_root_unit, ignored_trainable, stale_optimizer, diverged_hsdp,
     same_init_hsdp, diverged_before_wrap, different_rank_configs, mixed_dtype, qlora_fsdp2,
-    replicated_adapter_synced,
+    empty_rank_shards, replicated_adapter_synced,
 ]}
 
 
 def run(name):
     model, opt, hooks = SCENARIOS[name]()
     record = {"raised": False, "message": "", "codes": [], "findings": [], "extra": {}}
+    started = time.perf_counter()
     try:
         found = fsdplint.check(model, opt, on_error="raise")
     except fsdplint.FSDPLintError as e:
         record.update(raised=True, message=str(e))
         found = e.findings
-    else:
+    record["check_ms"] = (time.perf_counter() - started) * 1000
+    if not record["raised"]:
         if "after" in hooks:
             record["extra"].update(hooks["after"]())
     if "after_any" in hooks:

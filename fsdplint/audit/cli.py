@@ -1,0 +1,71 @@
+"""`fsdplint model CONFIG`: audit a model's LoRA/quantization/FSDP plan on the meta device.
+
+Exit codes (as ruff): 0 no findings, 1 findings, 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from fsdplint.errors import FsdplintError
+
+
+@click.command("model", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("config", type=click.Path(dir_okay=True))
+@click.option("--lora", "lora", is_flag=False, flag_value="default", default=None, metavar="[PATH|JSON]",
+              help="Apply LoRA: an adapter_config.json, inline JSON LoraConfig fields, or no value for "
+                   "peft's defaults.")
+@click.option("--no-lora", is_flag=True, help="Ignore the spec's LoRA section.")
+@click.option("--target-modules", metavar="NAMES", help="Comma-separated LoRA target modules (or all-linear).")
+@click.option("--r", "r", type=click.IntRange(min=1), help="LoRA rank.")
+@click.option("--quant", type=click.Choice(["none", "4bit", "8bit"]), help="bitsandbytes quantization.")
+@click.option("--quant-storage", metavar="DTYPE", help="bnb_4bit_quant_storage (e.g. bfloat16, uint8).")
+@click.option("--dtype", metavar="DTYPE", help="Model dtype (default: the config's torch_dtype).")
+@click.option("--fsdp", type=click.Choice(["1", "2"]), help="FSDP version.")
+@click.option("--world-size", type=click.IntRange(min=1), help="Number of ranks to plan for.")
+@click.option("--wrap", metavar="CLASSES", help="Comma-separated module classes that become FSDP units.")
+@click.option("--use-orig-params/--no-use-orig-params", default=None, help="FSDP1 use_orig_params.")
+@click.option("--gpu-memory", metavar="SIZE", help="Per-GPU memory budget, e.g. 80GiB.")
+@click.option("--trust-remote-code", is_flag=True, help="Allow configs that need custom model code.")
+@click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to report.")
+@click.option("--ignore", metavar="CODES", help="Comma-separated codes or prefixes not to report.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def model_command(config, select, ignore, output_format, **flags):
+    """Build CONFIG (a Hugging Face config.json or an fsdplint audit spec, JSON or TOML) on the meta
+    device, apply LoRA, quantization and the FSDP plan with the real libraries, and audit it."""
+    from fsdplint.audit.spec import load_spec
+
+    try:
+        from fsdplint.registry import select_codes, unknown_selectors
+
+        sel = [s for s in (select or "").split(",") if s]
+        ign = [s for s in (ignore or "").split(",") if s]
+        bad = unknown_selectors(sel + ign)
+        if bad:
+            raise FsdplintError(f"unknown rule selector {bad[0]!r}")
+        codes = select_codes(sel or None, ign or None) if (sel or ign) else None
+        spec = load_spec(config, flags)
+        from fsdplint.audit.runner import run_audit
+
+        result = run_audit(spec, select=codes)
+    except FsdplintError as e:
+        click.echo(f"fsdplint: error: {e}", err=True)
+        sys.exit(2)
+    from fsdplint.audit import report
+
+    out = sys.stdout
+    if output_format == "json":
+        report.write_json(result, out)
+    else:
+        report.write_text(result, out, color=out.isatty())
+    sys.exit(result.exit_code)
+
+
+def main():  # pragma: no cover - `python -m fsdplint.audit.cli`
+    model_command()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
