@@ -26,6 +26,7 @@ class Result:
     rc: int | None = None
     error: str | None = None  # set when the tool is unavailable or failed
     last_line: str = ""  # last non-empty stdout line of the last run (e.g. the linter's summary)
+    cpu: list[float] = field(default_factory=list)  # user + sys seconds of the process and its workers
     loads: list[float] = field(default_factory=list)  # 1-minute load average before each measured run
 
     @property
@@ -35,6 +36,10 @@ class Result:
     @property
     def median(self) -> float:
         return statistics.median(self.times)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu)
 
     @property
     def peak_rss(self) -> float:
@@ -63,8 +68,8 @@ def _sample_tree(pid: int, stop: threading.Event, out: list[float]) -> None:
 
 
 def run_once(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None, log: Path | None = None,
-             sample_tree: bool = False, timeout: float = 1800) -> tuple[float, float, float | None, int, str]:
-    """One run: (wall seconds, peak RSS MB of the largest process, tree RSS MB or None, rc, stdout)."""
+             sample_tree: bool = False, timeout: float = 1800) -> tuple[float, float, float, float | None, int, str]:
+    """One run: (wall s, CPU s, peak RSS MB of the largest process, tree RSS MB or None, rc, stdout)."""
     stdout_path = log or Path(os.devnull)
     with open(stdout_path, "wb") as out:
         start = time.perf_counter()
@@ -85,7 +90,8 @@ def run_once(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None
         if sampler:
             sampler.join()
     text = log.read_text(errors="replace") if log else ""
-    return wall, usage.ru_maxrss / 1024, (tree[0] if tree else None), proc.returncode, text
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss / 1024, (tree[0] if tree else None), proc.returncode, text
 
 
 def measure(label: str, cmd: list[str], *, runs: int, warmup: int = 1, ok_codes=(0, 1), log: Path | None = None,
@@ -95,7 +101,7 @@ def measure(label: str, cmd: list[str], *, runs: int, warmup: int = 1, ok_codes=
     res = Result(label, cmd)
     for i in range(warmup + runs):
         load = os.getloadavg()[0]
-        wall, rss, tree, rc, text = run_once(cmd, cwd=cwd, env=env, log=log, sample_tree=sample_tree)
+        wall, cpu, rss, tree, rc, text = run_once(cmd, cwd=cwd, env=env, log=log, sample_tree=sample_tree)
         res.rc = rc
         lines = [ln for ln in text.splitlines() if ln.strip()]
         res.last_line = lines[-1].strip() if lines else ""
@@ -108,9 +114,11 @@ def measure(label: str, cmd: list[str], *, runs: int, warmup: int = 1, ok_codes=
             res.times.append(wall)
             res.rss_mb.append(rss)
             res.loads.append(load)
+            res.cpu.append(cpu)
             if tree is not None:
                 res.tree_rss_mb.append(tree)
-        echo(f"  {label}: {'warmup' if i < warmup else f'run {i - warmup + 1}/{runs}'} {wall:.2f} s, {rss:.0f} MB")
+        which = "warmup" if i < warmup else f"run {i - warmup + 1}/{runs}"
+        echo(f"  {label}: {which} {wall:.2f} s, CPU {cpu:.2f} s, {rss:.0f} MB, load {load:.1f}")
     return res
 
 

@@ -39,6 +39,17 @@ MODEL_METHODS = {
     "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
 }
 
+# Calls that take the model but cannot wrap or shard its submodules (see `Timeline.escapes`).
+_HARMLESS_METHODS = {
+    "to", "cuda", "cpu", "train", "eval", "half", "bfloat16", "float", "to_empty", "parameters", "named_parameters",
+    "modules", "named_modules", "children", "named_children", "buffers", "named_buffers", "requires_grad_",
+    "print_trainable_parameters", "gradient_checkpointing_enable", "enable_input_require_grads",
+    "get_input_embeddings", "get_output_embeddings", "resize_token_embeddings", "tie_weights", "state_dict",
+    "load_state_dict", "num_parameters", "get_nb_trainable_parameters", "forward", "generate", "info", "debug",
+    "warning", "print",
+}
+_HARMLESS_FUNCS = {"print", "len", "isinstance", "sum", "type", "str", "repr", "id", "hasattr", "getattr", "list"}
+
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__bool__": lambda self: False})()
 
 
@@ -157,6 +168,28 @@ class Timeline:
         kinds = set(kinds)
         ent = entity if entity is not None else event.entity
         return [e for e in self.events if e.seq > event.seq and e.kind in kinds and e.entity == ent]
+
+    def escapes(self, entity: Optional[str], event: Event) -> bool:
+        """True when, before `event`, the model reaches code the analysis cannot see.
+
+        E.g. `shard_layers(model)` imported from another module, or `model.apply(fn)`: such code may
+        wrap or shard submodules, so rules that need "nothing else happened" stay silent.
+        """
+        a = self.analysis
+        for step in self.steps:
+            if step.order >= event.step.order:
+                break
+            call = step.call
+            if call is None or call.api is not None or call.func in a.c.functions or call.func in _HARMLESS_FUNCS:
+                continue
+            if call.receiver is not None and call.method in _HARMLESS_METHODS:
+                continue
+            exprs = [x.value for x in call.node.args] + ([call.receiver] if call.receiver is not None else [])
+            for x in exprs:
+                r = a.ref(x, step)
+                if r is not None and self.find(r.key) == entity:
+                    return True
+        return False
 
     def is_model(self, entity: Optional[str]) -> bool:
         return entity is not None and any(self.find(k) == entity for k in self.model_keys)
@@ -398,7 +431,7 @@ class ScriptAnalysis:
         return [w for c in self.site_calls(step) for w in c.withs]
 
     # -- references ------------------------------------------------------------------
-    def ref(self, expr: Optional[cst.BaseExpression], step: Step) -> Optional[Ref]:
+    def ref(self, expr: Optional[cst.BaseExpression], step: Step, _depth: int = 0) -> Optional[Ref]:
         if expr is None:
             return None
         child = False
@@ -411,6 +444,10 @@ class ScriptAnalysis:
             ):
                 child = True
                 expr = expr.func.value
+            elif (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+                  and expr.func.attr.value == "unwrap_model" and expr.args):
+                # `accelerator.unwrap_model(model)` is the model itself, without its wrappers.
+                expr = expr.args[0].value
             else:
                 break
         d = dotted(expr)
@@ -425,6 +462,14 @@ class ScriptAnalysis:
         derived = self._derived.get(key)
         if derived is not None:
             key, child = derived, True
+        elif root == parts[0] and _depth < 3:
+            # `layers = model.model.layers`: a plain name bound once to a part of the model.
+            scope = getattr(step.item, "scope", None)
+            bound = self.binding(root, scope) if scope is not None else None
+            if isinstance(bound, (cst.Attribute, cst.Subscript)):
+                r = self.ref(bound, step, _depth + 1)
+                if r is not None and r.child:
+                    key, child = r.key, True
         path = tuple(a for a in rest if a not in TRANSPARENT)
         if path and path != ("model",):
             child = True
@@ -512,6 +557,9 @@ class ScriptAnalysis:
         elif call.method in SAME_MODEL_METHODS:
             r = self.ref(call.receiver, step)
             src_keys = [r.key if r and not r.child else None]
+        elif call.method == "unwrap_model" and self._is_accelerator(call.receiver):
+            r = self.ref(call.arg(0, "model"), step)
+            src_keys = [r.key if r and not r.child else None]
         elif call.method == "prepare" and self._is_accelerator(call.receiver):
             for a in call.node.args:
                 r = self.ref(a.value, step)
@@ -597,6 +645,10 @@ class ScriptAnalysis:
                 inner = it
                 if isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "list", "reversed") and it.args:
                     inner = it.args[0].value
+                if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in (
+                    "items", "values",
+                ):
+                    inner = inner.func.value  # `for name, block in model.layers.items()` (ModuleDict)
                 r = self.ref(inner, step)
                 if r is not None:
                     return Ref(r.key, True, r.path)

@@ -71,6 +71,11 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "torch.distributed._composable.checkpoint_activation.checkpoint",
         "torch.distributed._composable.checkpoint",
     ),
+    "nn_Parameter": ("torch.nn.Parameter", "torch.nn.parameter.Parameter"),
+    "nn_ParameterList": (
+        "torch.nn.ParameterList", "torch.nn.ParameterDict",
+        "torch.nn.modules.container.ParameterList", "torch.nn.modules.container.ParameterDict",
+    ),
     "get_model_state_dict": (
         "torch.distributed.checkpoint.state_dict.get_model_state_dict",
         "torch.distributed.checkpoint.state_dict.get_state_dict",
@@ -111,6 +116,11 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
     ),
     "Trainer": ("transformers.Trainer", "transformers.trainer.Trainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.GRPOTrainer"),
     "Accelerator": ("accelerate.Accelerator", "accelerate.accelerator.Accelerator"),
+    "DistributedDataParallelKwargs": (
+        "accelerate.DistributedDataParallelKwargs",
+        "accelerate.utils.DistributedDataParallelKwargs",
+        "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
+    ),
     "FullyShardedDataParallelPlugin": (
         "accelerate.FullyShardedDataParallelPlugin",
         "accelerate.utils.FullyShardedDataParallelPlugin",

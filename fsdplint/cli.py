@@ -207,6 +207,8 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             from fsdplint.baseline import load_baseline
 
             baseline = load_baseline(Path(baseline_path))
+        if model_config:
+            settings.options["model_config"] = model_config
         if accelerate_config:
             from fsdplint.launch import load_accelerate_config
 

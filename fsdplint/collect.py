@@ -15,11 +15,16 @@ import libcst as cst
 from fsdplint.apis import QUALIFIED, api_of
 from fsdplint.resolve import Resolver, dotted
 
+# A rank expression: `rank`, `local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, `args.rank`.
+_RANK = r"""\w*(?i:rank)\w*(?:\(\))?["'\]\)]*"""
 _RANK0 = re.compile(
-    r"(\b\w*rank\w*\s*(==|<=|<)\s*[01]\b)|(\b0\s*==\s*\w*rank)|is_main_process|is_local_main_process|"
+    rf"(\b{_RANK}\s*(==|<=|<)\s*[01]\b)|(\b0\s*==\s*{_RANK})|(\b{_RANK}\s+in\s*[\[(]\s*-?[01]\s*,\s*-?[01]\s*[\])])|"
+    r"^\s*not\s+[\w.]*(?i:rank)\w*(\(\))?\s*$|is_main_process|is_local_main_process|"
     r"is_world_process_zero|process_index\s*==\s*0|is_master|master_process|rank_zero|is_rank_?0|\brank0\b"
 )
-_NOT_RANK0 = re.compile(r"\b\w*rank\w*\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)")
+_NOT_RANK0 = re.compile(
+    rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)"
+)
 _VERSION = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature", re.I)
 
 

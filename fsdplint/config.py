@@ -51,8 +51,6 @@ DEFAULT_EXCLUDE = (
 
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude", "fixable", "unfixable")
 KNOWN_KEYS = frozenset(_LIST_KEYS + ("per-file-ignores", "target-version", "rules"))
-# Distributions whose version a rule may depend on.
-KNOWN_DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "python")
 
 
 @dataclass
@@ -67,7 +65,8 @@ class Config:
     unfixable: list[str] = field(default_factory=list)
     # Target library versions, e.g. {"torch": "2.6"}.
     target_version: dict[str, str] = field(default_factory=dict)
-    # Per-rule options keyed by rule code, option names as written (kebab-case).
+    # Per-rule options keyed by rule code, option names as written (kebab-case). A rule
+    # that declares `OPTIONS` (a collection of option names) gets unknown ones warned about.
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The file this configuration came from; None for the defaults.
     source: Optional[Path] = None
@@ -320,10 +319,14 @@ def config_from_table(table: dict, path: Path, where: str = "[tool.fsdplint]") -
         tv = table["target-version"]
         if not isinstance(tv, dict) or not all(isinstance(v, str) for v in tv.values()):
             fail("target-version", 'a table like { torch = "2.6", peft = "0.13" }')
+        from fsdplint.versions import PACKAGES, parse_version
+
         for dist, version in tv.items():
-            if dist not in KNOWN_DISTRIBUTIONS:
-                cfg.warnings.append(f"{path}: unknown distribution `{dist}` in target-version")
-            if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.dev\d+|\.post\d+)?(\+\S+)?", version.strip()):
+            if dist not in PACKAGES:
+                cfg.warnings.append(
+                    f"{path}: unknown distribution `{dist}` in target-version (known: {', '.join(PACKAGES)})"
+                )
+            if parse_version(version.strip()) is None:
                 raise UsageError(f"{path}: target-version.{dist} = {version!r} is not a version like \"2.6\"")
         cfg.target_version = {k: v.strip() for k, v in tv.items()}
     if "rules" in table:

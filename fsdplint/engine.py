@@ -7,6 +7,7 @@ becomes a finding with its own code, and the rest of the run goes on.
 from __future__ import annotations
 
 import ast
+import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,21 @@ def lint_text(
             pass  # libcst below gives the error its position
         except RecursionError:
             return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
+    # CPython's parser bounds nesting and gives the clearer message; libcst's native parser
+    # can overflow the stack on input CPython rejects, so it only sees what CPython accepts.
+    try:
+        ast.parse(text, filename=filename)
+    except SyntaxError as se:
+        if SYNTAX_ERROR not in codes:
+            return []
+        row = se.lineno or 1
+        lines = text.splitlines()
+        line = lines[row - 1] if 0 < row <= len(lines) else ""
+        return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)]
+    except ValueError as ve:  # null bytes
+        return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {ve}")] if SYNTAX_ERROR in codes else []
+    except (RecursionError, MemoryError):
+        return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as e:
@@ -300,8 +316,45 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
     return [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
 
 
+_DEEP_STACK = 512 * 1024 * 1024
+
+
+def _with_deep_stack(fn, *args):
+    """Run `fn` in a thread with a large stack and recursion limit: deeply nested files
+    must give a finding, not a crash of the whole run."""
+    import threading
+
+    out: list = []
+
+    def target():
+        try:
+            out.append(("ok", fn(*args)))
+        except BaseException as e:  # re-raised in the caller's thread
+            out.append(("err", e))
+
+    old_size = threading.stack_size()
+    old_limit = sys.getrecursionlimit()
+    try:
+        threading.stack_size(_DEEP_STACK)
+        sys.setrecursionlimit(max(old_limit, 20000))
+        t = threading.Thread(target=target, name="fsdplint-lint")
+        t.start()
+    finally:
+        threading.stack_size(old_size)
+    t.join()
+    sys.setrecursionlimit(old_limit)
+    kind, value = out[0]
+    if kind == "err":
+        raise value
+    return value
+
+
 def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
     """Lint (and with `settings.fix`, fix in memory) one file. `text` is given for stdin."""
+    return _with_deep_stack(_lint_file, filename, settings, text)
+
+
+def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
     path = Path(filename) if text is None else (Path(filename) if filename != "-" else None)
     src: Optional[SourceFile] = None
     try:

@@ -106,7 +106,11 @@ def add_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=ws))
         new = new.with_changes(comma=last.comma)
     else:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        # The space before `)` belongs to the last argument: keep it after the new one.
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+        args[-1] = last.with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), whitespace_after_arg=cst.SimpleWhitespace("")
+        )
     args.append(new)
     return call.with_changes(args=args)
 

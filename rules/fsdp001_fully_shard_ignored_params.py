@@ -19,7 +19,7 @@ class FullyShardIgnoredParams(Rule):
         "`ignored_params` passed to `fully_shard` on torch < 2.7 (TypeError); on >= 2.7 an ignored param "
         "that is trainable is never reduced"
     )
-    sides = "SA"
+    sides = "SAR"
     versions = {"torch": ">=2.4"}
     doc = """
     ## What it does

@@ -1,6 +1,13 @@
+import re
+
+import libcst as cst
+
 from fsdplint.audit.examples import spec
-from fsdplint.findings import Severity
-from fsdplint.rule import Rule
+from fsdplint.findings import Applicability, Severity
+from fsdplint.fixes import InsertLinesAfter, RemoveStatement, unsafe
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule
+
 
 
 class FullyShardRootOnly(Rule):
@@ -9,6 +16,8 @@ class FullyShardRootOnly(Rule):
     severity = Severity.WARNING
     summary = "FSDP2 applied only to the root, or root before children: one giant unit, no memory saving"
     sides = "SA"
+    fix = Applicability.UNSAFE
+    versions = {"torch": ">=2.4"}
     doc = """
     ## What it does
     Finds FSDP2 plans where `fully_shard` is applied only to the root module (or to the root before its
@@ -33,7 +42,9 @@ class FullyShardRootOnly(Rule):
     ```
 
     ## Fix safety
-    The rewrite is offered as unsafe: which modules to shard depends on the architecture.
+    When the root call comes before the per-layer calls in the same block, the fix moves it after them
+    (unsafe: code in between that used the sharded root now sees an unsharded one). Adding per-layer calls
+    to a root-only script is left to you: which modules to shard depends on the architecture.
 
     ## Versions
     torch >= 2.4 (FSDP2).
@@ -41,8 +52,130 @@ class FullyShardRootOnly(Rule):
     ## References
     - torch `_fully_shard.py` docstring; torchtitan docs/fsdp.md
     """
+    VALID = [
+        """
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        """,
+        """
+        import torch.distributed.fsdp as f
+        from peft import get_peft_model as add_lora
+        model = add_lora(model, cfg)
+        for name, block in model.base_model.model.model.layers.named_children():
+            f.fully_shard(block, mesh=mesh)
+        f.fully_shard(model, mesh=mesh)
+        """,
+        """
+        from torch.distributed._composable.fsdp import fully_shard
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def apply_fsdp(model, mesh):
+            for layer_id, block in model.layers.items():
+                fully_shard(block, mesh=mesh, reshard_after_forward=int(layer_id) < len(model.layers) - 1)
+            fully_shard([model.tok_embeddings, model.norm, model.output], mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            return model
+        """,
+        # Per-layer sharding done by a helper of another module: unknown, so silent.
+        """
+        from torch.distributed.fsdp import fully_shard
+        from mylib.parallel import shard_blocks
+        shard_blocks(model)
+        fully_shard(model)
+        """,
+        """
+        from torch.distributed.fsdp import fully_shard
+        for module in model.modules():
+            if isinstance(module, DecoderLayer):
+                fully_shard(module)
+        fully_shard(model)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            from peft import get_peft_model
+            model = get_peft_model(model, cfg)
+            fully_shard(model)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as f
+
+            def main(model):
+                model.to("cuda")
+                f.fully_shard(model, reshard_after_forward=False)
+                return model
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            from torch.distributed._composable.fsdp import fully_shard as shard
+            shard(model)
+            for layer in model.model.layers:
+                shard(layer)
+            optimizer = make_optimizer(model)
+            """,
+            line=2,
+            expected_fix="""
+            from torch.distributed._composable.fsdp import fully_shard as shard
+            for layer in model.model.layers:
+                shard(layer)
+            shard(model)
+            optimizer = make_optimizer(model)
+            """,
+        ),
+    ]
+
     AUDIT_VALID = [spec()]
     AUDIT_INVALID = [spec(fsdp={"wrap": []}), spec(fsdp={"wrap": ["NoSuchDecoderLayer"]})]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        shard_calls = a.calls("fully_shard")
+        # "Only the root" needs every fully_shard call of the file to shard one and the same model:
+        # calls on other names may be submodules we cannot trace (`embed = model.get_input_embeddings()`).
+        root_calls, root_entities = set(), set()
+        for t in a.timelines:
+            for e in t.of("shard2"):
+                if e.ref is not None and not e.ref.child and e.entity is not None:
+                    root_calls.add(id(e.call.node))
+                    root_entities.add(e.entity)
+        root_only_possible = len(root_entities) == 1 and all(id(c.node) in root_calls for c in shard_calls)
+        for t in a.timelines:
+            for ent in dict.fromkeys(e.entity for e in t.of("shard2") if e.entity is not None):
+                events = [e for e in t.of("shard2", ent) if e.ref is not None]
+                roots = [e for e in events if not e.ref.child]
+                if not roots:
+                    continue
+                root = roots[0]
+                children = [e for e in events if e.ref.child and e.seq > root.seq]
+                if children:
+                    last = children[-1]
+                    ctx.report(
+                        root.node,
+                        f"fully_shard is applied to the model before its submodules (line {ctx.line(last.node)}): "
+                        "the root call already manages every parameter, so the model stays one FSDP unit that is "
+                        "all-gathered whole (torch 2.13 even fails on the later call with \"TypeError: Invariant "
+                        "encountered\"). Shard the transformer blocks first, the root last.",
+                        fix=_move_after(ctx, root, last),
+                    )
+                elif root_only_possible and not any(e.ref.child for e in events):
+                    if t.escapes(ent, root):
+                        continue
+                    ctx.report(
+                        root.node,
+                        "fully_shard is applied only to the root model: FSDP2 puts every parameter in one unit, "
+                        "so each rank all-gathers the whole model for forward and backward and sharding saves no "
+                        "memory. Call fully_shard on each transformer block first (for layer in "
+                        "model.model.layers: fully_shard(layer)), then on the root.",
+                    )
 
     def audit(self, ctx):
         plan = ctx.plan
@@ -55,3 +188,38 @@ class FullyShardRootOnly(Rule):
                          f"forward and backward. Apply fully_shard to each "
                          f"{' / '.join(ctx.built.no_split_modules) or 'transformer block'} first, then the root.",
                    field="fsdp.wrap")
+
+
+def _move_after(ctx, root, last):
+    """Move the root `fully_shard(model)` statement after the statement holding the last per-layer call."""
+    rc, lc = root.call, last.call
+    if rc is None or lc is None or rc.stmt is None or lc.stmt is None or root.step.prefix != last.step.prefix:
+        return None
+    if not isinstance(rc.stmt.node, cst.SimpleStatementLine) or len(rc.stmt.node.body) != 1:
+        return None
+    block = rc.stmt.block
+    body = list(getattr(block, "body", ()))
+    target = next((i for i, st in enumerate(body) if _contains(st, lc.node)), None)
+    if target is None or target <= rc.stmt.index:
+        return None
+    # The root call's result must not be used by the statements it is moved past.
+    names = [dotted(tg) for tg in rc.targets]
+    between = "\n".join(ctx.code(st) for st in body[rc.stmt.index + 1 : target + 1])
+    if any(n is None or re.search(rf"\b{re.escape(n)}\b", between) for n in names):
+        return None
+    text = ctx.code(rc.stmt.node).strip()
+    return unsafe("Apply fully_shard to the root after its submodules",
+                  RemoveStatement(rc.stmt.node), InsertLinesAfter(body[target], text))
+
+
+def _contains(tree, node) -> bool:
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, n):
+            if n is node:
+                found.append(n)
+            return not found
+
+    tree.visit(_Find())
+    return bool(found)

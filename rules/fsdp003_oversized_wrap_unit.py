@@ -1,6 +1,9 @@
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
-from fsdplint.rule import Rule
+from fsdplint.rule import Invalid, Rule
+
+# FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
+_POLICY_POSITION = 4
 
 # A non-root unit holding more than this share of all parameters defeats sharding.
 MAX_UNIT_SHARE = 0.5
@@ -43,12 +46,110 @@ class OversizedWrapUnit(Rule):
     - verl#5516
     - torch `_fully_shard.py` docstring
     """
+    VALID = [
+        """
+        import functools
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={LlamaDecoderLayer})
+        model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
+        """,
+        """
+        import torch.distributed.fsdp as f
+        from peft.utils.other import fsdp_auto_wrap_policy
+        model = f.FullyShardedDataParallel(model, auto_wrap_policy=fsdp_auto_wrap_policy(model))
+        """,
+        # Manual nested wrapping: each layer is its own unit.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        for i, layer in enumerate(model.model.layers):
+            model.model.layers[i] = FSDP(layer)
+        model = FSDP(model)
+        """,
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import enable_wrap, wrap
+        with enable_wrap(wrapper_cls=FSDP):
+            for block in blocks:
+                wrap(block)
+            model = FSDP(model)
+        """,
+        # The kwargs are built elsewhere: unknown, so silent.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, **get_fsdp_kwargs(cfg))
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, use_orig_params=True, device_id=local_rank)
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+
+            def build(model, cfg):
+                model = add_lora(model, cfg)
+                kwargs = {"use_orig_params": True, "auto_wrap_policy": None}
+                return f.FullyShardedDataParallel(model, **kwargs)
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            class Runner:
+                def setup(self):
+                    self.model = load()
+                    self.model = FullyShardedDataParallel(self.model, sync_module_states=True)
+            """,
+            line=6,
+        ),
+    ]
+
     AUDIT_VALID = [spec(fsdp={"version": 1, "use_orig_params": True}), spec()]
     AUDIT_INVALID = [
         spec(fsdp={"version": 1, "auto_wrap_policy": "NO_WRAP", "use_orig_params": True}),
         spec(fsdp={"version": 1, "wrap": ["NoSuchDecoderLayer"], "use_orig_params": True}),
         spec(fsdp={"wrap": ["LlamaModel"]}),
     ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        if a.calls("fsdp_wrap", "enable_wrap"):
+            return  # manual wrapping of submodules
+        roots = [e for e in a.events("wrap1") if e.ref is not None and not e.ref.child and e.entity]
+        root_calls = {id(e.call.node) for e in roots}
+        if any(id(c.node) not in root_calls for c in a.calls("FSDP1")) or len({e.entity for e in roots}) > 1:
+            return  # some submodule is wrapped by hand (or we cannot tell what is)
+        for t in a.timelines:
+            for ev in t.of("wrap1"):
+                if ev.ref is None or ev.ref.child or ev.entity is None or t.of("wrap1", ev.entity)[0] is not ev:
+                    continue
+                call = ev.call
+                kws = a.keywords(call)
+                positional = [x for x in call.node.args if x.keyword is None and not x.star]
+                if kws is None or len(positional) > _POLICY_POSITION:
+                    continue
+                policy = kws.get("auto_wrap_policy")
+                if policy is not None and a.value(policy, call.scope) is not None:
+                    continue
+                if t.escapes(ev.entity, ev):
+                    continue
+                ctx.report(
+                    call.node,
+                    "FullyShardedDataParallel wraps the model without an auto_wrap_policy and no submodule is "
+                    "wrapped by hand: the whole model is one FSDP unit, all-gathered whole for every forward and "
+                    "backward, so each rank peaks at the full model size. Pass auto_wrap_policy="
+                    "ModuleWrapPolicy({<the decoder layer class>}) (for LoRA, peft's fsdp_auto_wrap_policy(model)).",
+                )
 
     def audit(self, ctx):
         plan = ctx.plan

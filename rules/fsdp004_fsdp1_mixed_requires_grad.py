@@ -1,6 +1,13 @@
+from fsdplint.analysis import UNKNOWN
+from fsdplint.apis import api_of
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Applicability, Severity
-from fsdplint.rule import Rule
+from fsdplint.fixes import Replace, unsafe
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule, Valid
+
+# FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
+_POLICY_POSITION = 4
 
 
 class Fsdp1MixedRequiresGrad(Rule):
@@ -50,6 +57,142 @@ class Fsdp1MixedRequiresGrad(Rule):
     - pytorch#100945, pytorch#98221, pytorch#104690
     - peft#1702; peft `fsdp_auto_wrap_policy` (peft/utils/other.py)
     """
+    VALID = [
+        # peft's own policy puts every trainable LoRA leaf in its own unit (peft docs, accelerate/fsdp.md).
+        """
+        from peft import get_peft_model
+        from peft.utils.other import fsdp_auto_wrap_policy
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = get_peft_model(model, lora_config)
+        model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), use_orig_params=False)
+        """,
+        # A lambda policy over trainable leaves does the same by hand.
+        """
+        import functools
+        import torch.distributed.fsdp as f
+        from peft import get_peft_model as add_lora
+        from torch.distributed.fsdp.wrap import _or_policy, lambda_auto_wrap_policy, transformer_auto_wrap_policy
+
+        def trainable_leaf(m):
+            return not list(m.children()) and getattr(m, "weight", None) is not None and m.weight.requires_grad
+
+        model = add_lora(model, cfg)
+        leaves = functools.partial(lambda_auto_wrap_policy, lambda_fn=trainable_leaf)
+        layers = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+        policy = functools.partial(_or_policy, policies=[leaves, layers])
+        model = f.FullyShardedDataParallel(model, auto_wrap_policy=policy)
+        """,
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        model = get_peft_model(model, lora_config)
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}), use_orig_params=True)
+        """,
+        # Full fine-tuning: every parameter trains.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}))
+        """,
+        # An adapter loaded for inference is frozen like the base: requires_grad is uniform.
+        """
+        from peft import PeftModel
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        model = PeftModel.from_pretrained(base, "out/adapter")
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}))
+        """,
+        Valid(
+            """
+            from peft import get_peft_model
+            from peft.utils.other import fsdp_auto_wrap_policy as peft_policy
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = get_peft_model(model, lora_config)
+            policy = peft_policy(model)
+            model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
+            """,
+            target={"torch": "2.0"},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            model = get_peft_model(model, lora_config)
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}), device_id=rank)
+            """,
+            line=5,
+            expected_fix="""
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            model = get_peft_model(model, lora_config)
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}), device_id=rank, use_orig_params=True)
+            """,
+        ),
+        Invalid(
+            """
+            import functools
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+            def main(model, cfg):
+                model = add_lora(model, cfg)
+                policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+                model = f.FullyShardedDataParallel(
+                    model,
+                    auto_wrap_policy=policy,
+                    use_orig_params=False,
+                )
+            """,
+            line=9,
+            expected_fix="""
+            import functools
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+            def main(model, cfg):
+                model = add_lora(model, cfg)
+                policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+                model = f.FullyShardedDataParallel(
+                    model,
+                    auto_wrap_policy=policy,
+                    use_orig_params=True,
+                )
+            """,
+        ),
+        # torch 2.0 refuses mixed units even with use_orig_params=True (pytorch#100945).
+        Invalid(
+            """
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            model = get_peft_model(model, lora_config)
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}), use_orig_params=True)
+            """,
+            target={"torch": "2.0"},
+            line=5,
+        ),
+        # No policy: the root unit holds the frozen base and the adapters.
+        Invalid(
+            """
+            from peft import inject_adapter_in_model
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            class Trainer:
+                def setup(self):
+                    self.model = inject_adapter_in_model(lora_config, self.model)
+                    self.model = FullyShardedDataParallel(self.model, sync_module_states=True)
+            """,
+            line=7,
+        ),
+    ]
+
     AUDIT_VALID = [
         spec(fsdp={"version": 1, "auto_wrap_policy": "peft"}),
         spec(fsdp={"version": 1, "use_orig_params": True}),
@@ -59,20 +202,114 @@ class Fsdp1MixedRequiresGrad(Rule):
         spec(fsdp={"version": 1, "use_orig_params": True, "torch": "2.0"}),
     ]
 
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        tv = ctx.version("torch")
+        torch20 = tv < "2.1"
+        manual = bool(a.calls("fsdp_wrap", "enable_wrap")) or any(
+            e.ref is None or e.ref.child for e in a.events("wrap1")
+        )
+        for t in a.timelines:
+            for ev in t.of("wrap1"):
+                if ev.ref is None or ev.ref.child or ev.entity is None:
+                    continue
+                lora = [e for e in t.before(ev, ("lora",)) if _trains_adapter(a, e)]
+                partial_freeze = [e for e in t.before(ev, ("freeze",)) if e.data.get("partial")]
+                if not lora and not partial_freeze:
+                    continue
+                call = ev.call
+                kws = a.keywords(call)
+                positional = [x for x in call.node.args if x.keyword is None and not x.star]
+                if kws is None or len(positional) > _POLICY_POSITION:
+                    continue
+                policy = _policy_kind(a, kws.get("auto_wrap_policy"), call.scope)
+                if policy not in ("none", "layers") or (policy == "none" and (manual or t.escapes(ev.entity, ev))):
+                    continue
+                uop_expr = kws.get("use_orig_params")
+                uop = a.value(uop_expr, call.scope) if uop_expr is not None else False
+                if uop is UNKNOWN or (uop is not False and not torch20):
+                    continue
+                where = "the root unit holds every parameter" if policy == "none" else (
+                    "the policy wraps whole layers, so each unit holds frozen base weights and trainable LoRA weights"
+                )
+                if torch20:
+                    ctx.report(
+                        call.node,
+                        f"FSDP1 mixes frozen and trainable parameters in one unit ({where}); on {tv.describe()} "
+                        f"this fails even with use_orig_params=True (\"FlatParameter requires uniform "
+                        f"requires_grad\", pytorch#100945). Use peft's fsdp_auto_wrap_policy(model) so each LoRA "
+                        f"layer gets its own unit, or upgrade to torch >= 2.1.",
+                    )
+                    continue
+                ctx.report(
+                    call.node,
+                    f"FSDP1 with use_orig_params=False flattens each unit into one FlatParameter with a single "
+                    f"requires_grad, but {where}: wrapping raises \"ValueError: ... has both parameters with "
+                    f"requires_grad=True and False\". Use peft's fsdp_auto_wrap_policy(model) (LoRA layers in their "
+                    f"own units), or use_orig_params=True (more gradient memory).",
+                    fix=_orig_params_fix(ctx, call),
+                )
+
     def audit(self, ctx):
         plan = ctx.plan
         if plan.version != 1:
             return
         hint = (" Use peft's fsdp_auto_wrap_policy(model) so each LoRA layer gets its own unit, or "
                 "use_orig_params=True (torch >= 2.1, at the cost of full-unit gradient memory).")
-        for message, unit, _ in ctx.problems(self.code):
-            ctx.report(self, f"FSDP1 would raise ValueError: {message}{hint}", unit=unit,
-                       field="fsdp.use_orig_params")
+        for message, units, _ in ctx.grouped_problems(self.code):
+            ctx.report(self, f"FSDP1 would raise ValueError: {message}{ctx.more_units(units)}{hint}",
+                       unit=units[0], field="fsdp.use_orig_params")
         if plan.use_orig_params and not ctx.torch_at_least("2.1"):
-            for unit in plan.units:
-                if len({p.requires_grad for p in unit.params}) > 1:
-                    ctx.report(self, f"torch {ctx.torch_version} ({ctx.torch_version_source}) requires uniform "
-                                     f"requires_grad in every FSDP unit even with use_orig_params=True "
-                                     f"(\"FlatParameter requires uniform requires_grad\"); unit {unit.label} "
-                                     f"mixes frozen and trainable parameters. Upgrade to torch >= 2.1 or use "
-                                     f"peft's fsdp_auto_wrap_policy.", unit=unit.name, field="fsdp")
+            mixed = [u for u in plan.units if len({p.requires_grad for p in u.params}) > 1]
+            if mixed:
+                ctx.report(self, f"torch {ctx.torch_version} ({ctx.torch_version_source}) requires uniform "
+                                 f"requires_grad in every FSDP unit even with use_orig_params=True "
+                                 f"(\"FlatParameter requires uniform requires_grad\"); unit {mixed[0].label} "
+                                 f"mixes frozen and trainable parameters.{ctx.more_units([u.name for u in mixed])} "
+                                 f"Upgrade to torch >= 2.1 or use peft's fsdp_auto_wrap_policy.",
+                           unit=mixed[0].name, field="fsdp")
+
+
+def _trains_adapter(a, lora) -> bool:
+    """True unless the adapter is loaded frozen (`PeftModel.from_pretrained` without `is_trainable=True`)."""
+    call = lora.call
+    if call is None or call.api != "PeftModel_from_pretrained":
+        return True
+    return a.value(call.kw("is_trainable"), call.scope) is True
+
+
+def _policy_kind(a, expr, scope) -> str:
+    """"none", "peft", "layers" (wraps whole layers/blocks: units mix frozen and LoRA) or "unknown"."""
+    if expr is None or a.value(expr, scope) is None:
+        return "none"
+    if a.call_for(expr, scope, "peft_fsdp_auto_wrap_policy") is not None:
+        return "peft"
+    if a.call_for(expr, scope, "ModuleWrapPolicy") is not None:
+        return "layers"
+    partial = a.call_for(expr, scope, "functools_partial")
+    if partial is not None:
+        fn = partial.arg(0)
+        api = api_of(a.resolver.qualify(fn)) if fn is not None else None
+        return "layers" if api in ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy") else "unknown"
+    for _ in range(4):  # a bare `size_based_auto_wrap_policy`, possibly through a name
+        if api_of(a.resolver.qualify(expr)) == "size_based_auto_wrap_policy":
+            return "layers"
+        d = dotted(expr)
+        expr = a.binding(d, scope) if d else None
+        if expr is None:
+            break
+    return "unknown"
+
+
+def _orig_params_fix(ctx, call):
+    """Set `use_orig_params=True` in the call itself (not when it comes from a `**dict`).
+
+    Edits only the argument text, so a call spread over several lines keeps its layout.
+    """
+    arg = call.kwarg("use_orig_params")
+    if arg is not None:
+        return unsafe("Set use_orig_params=True", Replace(arg.value, "True"))
+    if call.star_kwargs() or not call.node.args:
+        return None
+    last = call.node.args[-1].value
+    return unsafe("Set use_orig_params=True", Replace(last, ctx.code(last) + ", use_orig_params=True"))

@@ -1,7 +1,10 @@
 from fsdplint.audit.examples import spec
 from fsdplint.audit.params import dtype_name
+from fsdplint.analysis import QName
 from fsdplint.findings import Applicability, Severity
-from fsdplint.rule import Rule
+from fsdplint.fixes import InsertLinesAfter, unsafe
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule, Valid
 
 # pytorch#154103 ("[FSDP2] allow different dtypes for no grad model params", merged 2025-05):
 # before it, every parameter of an FSDP2 group needed one dtype, frozen ones included.
@@ -16,7 +19,7 @@ class MixedDtypeUnit(Rule):
         "FSDP1: one flat parameter mixes dtypes; FSDP2: the trainable params of one unit differ in dtype "
         "(frozen params may differ on torch releases with pytorch#154103; all params had to match before)"
     )
-    sides = "SA"
+    sides = "SAR"
     fix = Applicability.UNSAFE
     versions = {"torch": ">=2.4"}
     doc = """
@@ -24,6 +27,9 @@ class MixedDtypeUnit(Rule):
     Checks the dtypes inside each planned FSDP unit: FSDP1 flattens a unit into one `FlatParameter`, which
     needs one floating dtype; FSDP2 needs one original dtype among the trainable parameters of a group
     (all parameters on torch releases before pytorch#154103).
+    In scripts, it flags `get_peft_model` on a model loaded in bf16/fp16 (peft keeps the adapters in float32)
+    that is then wrapped without a cast: with FSDP1 under a class/size-based policy, and with FSDP2 on torch
+    releases before pytorch#154103.
 
     ## Why is this bad?
     peft's `get_peft_model(autocast_adapter_dtype=True)` keeps LoRA weights in float32 next to a bfloat16
@@ -62,23 +68,283 @@ class MixedDtypeUnit(Rule):
         spec(fsdp={"version": 1, "use_orig_params": True}),
     ]
 
+    # -- static side: peft's fp32 adapters next to a bf16/fp16 base, wrapped without a cast -----------
+    message_static = (
+        "get_peft_model keeps the LoRA weights in float32 (autocast_adapter_dtype=True) while the base model is "
+        "loaded in {dtype} (line {load_line}); {wrap} (line {wrap_line}) then puts both dtypes in one unit: "
+        "{consequence} Cast the PEFT model to one dtype before wrapping (model.to({dtype_src})), or pass "
+        "autocast_adapter_dtype=False."
+    )
+    VALID = [
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+        from peft import get_peft_model
+        from torch.distributed.fsdp import fully_shard
+        model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+        model = get_peft_model(model, cfg)
+        model.to(torch.bfloat16)
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        """,
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+        from peft import get_peft_model
+        from torch.distributed.fsdp import fully_shard
+        model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+        model = get_peft_model(model, cfg, autocast_adapter_dtype=False)
+        fully_shard(model)
+        """,
+        # peft's policy puts the fp32 LoRA leaves in their own FSDP1 units.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+        from peft import get_peft_model
+        from peft.utils.other import fsdp_auto_wrap_policy
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+        model = get_peft_model(model, cfg)
+        model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), use_orig_params=False)
+        """,
+        # torch >= 2.8 (pytorch#154103): frozen bf16 base next to trainable fp32 LoRA is allowed in FSDP2.
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            from peft import get_peft_model
+            from torch.distributed.fsdp import fully_shard
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16)
+            model = get_peft_model(model, cfg)
+            fully_shard(model)
+            """,
+            target={"torch": "2.8"},
+        ),
+        # float32 base: nothing to mix.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+        from peft import get_peft_model
+        from torch.distributed.fsdp import fully_shard
+        model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float32)
+        model = get_peft_model(model, cfg)
+        fully_shard(model)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            from peft import get_peft_model
+            from torch.distributed.fsdp import fully_shard
+            model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+            model = get_peft_model(model, cfg)
+            for layer in model.base_model.model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            """,
+            line=6,
+            expected_fix="""
+            import torch
+            from transformers import AutoModelForCausalLM
+            from peft import get_peft_model
+            from torch.distributed.fsdp import fully_shard
+            model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+            model = get_peft_model(model, cfg)
+            model.to(torch.bfloat16)
+            for layer in model.base_model.model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            """,
+        ),
+        # FSDP1 flattens each unit into one FlatParameter: every torch version.
+        Invalid(
+            """
+            import functools
+            import transformers as tf
+            from peft import get_peft_model as add_lora
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+            def main():
+                base = tf.AutoModelForCausalLM.from_pretrained(name, torch_dtype="bfloat16")
+                model = add_lora(base, cfg)
+                policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+                model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
+            """,
+            target={"torch": "2.9"},
+            line=9,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed.fsdp as f
+            from transformers import AutoModelForCausalLM
+            from peft import PeftModel
+            DTYPE = torch.float16
+            base = AutoModelForCausalLM.from_pretrained(name, torch_dtype=DTYPE)
+            model = PeftModel.from_pretrained(base, adapter_dir, is_trainable=True)
+            f.fully_shard(model)
+            """,
+            target={"torch": "2.6"},
+            line=7,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        tv = ctx.version("torch")
+        for t in a.timelines:
+            for lora in t.of("lora"):
+                call = lora.call
+                if call is None or call.api not in ("get_peft_model", "PeftModel_from_pretrained") or lora.entity is None:
+                    continue
+                if call.kw("autocast_adapter_dtype") is not None or call.star_kwargs():
+                    continue  # set explicitly (or maybe): the user decided
+                load, dtype = _half_load(a, t, lora)
+                if load is None:
+                    continue
+                wraps = t.after(lora, ("wrap1", "shard2"))
+                if not wraps or _cast_between(a, t, lora, wraps[0]):
+                    continue
+                w = wraps[0]
+                escapes = getattr(t, "escapes", None)
+                if escapes is not None and escapes(lora.entity, w):
+                    continue
+                if w.kind == "shard2":
+                    if not tv < FROZEN_DTYPES_RELAXED_IN:
+                        continue
+                    wrap = "fully_shard"
+                    consequence = (f"on {tv.describe()} all parameters of an FSDP2 unit need one dtype (frozen ones "
+                                   f"may differ only since pytorch#154103), so the first forward raises "
+                                   f"\"FSDP expects uniform original parameter dtype\".")
+                else:
+                    if not _flat_policy(a, w.call):
+                        continue
+                    wrap = "FullyShardedDataParallel"
+                    consequence = ("FSDP1 flattens each unit into one FlatParameter and raises \"Must flatten tensors "
+                                   "with uniform dtype but got torch.bfloat16 and torch.float32\".")
+                src = _dtype_src(a, load, dtype)
+                msg = self.message_static.format(
+                    dtype=dtype, load_line=ctx.line(load.node), wrap=wrap, wrap_line=ctx.line(w.node),
+                    consequence=consequence, dtype_src=src or f"torch.{dtype}",
+                )
+                ctx.report(call.node, msg, fix=_cast_fix(call, src))
+
     def audit(self, ctx):
         plan = ctx.plan
-        for message, unit, _ in ctx.problems(self.code):
+        for message, units, _ in ctx.grouped_problems(self.code):
             if plan.version == 1:
-                message = f"FSDP1 would raise ValueError: {message}"
+                message = f"FSDP1 would raise ValueError: {message}."
             else:
-                message = f"FSDP2 raises at the first forward: {message} (unit {unit or '(root)'})"
-            ctx.report(self, message + ". Cast the model to one dtype before wrapping, or put parameters "
-                                      "of another dtype in their own unit.", unit=unit, field="fsdp")
+                message = f"FSDP2 raises at the first forward of unit {units[0] or '(root)'}: {message}."
+            ctx.report(self, message + ctx.more_units(units) + " Cast the model to one dtype before wrapping, "
+                                       "or put parameters of another dtype in their own unit.",
+                       unit=units[0], field="fsdp")
         if plan.version == 2 and not ctx.torch_at_least(FROZEN_DTYPES_RELAXED_IN):
-            for unit in plan.units:
-                dtypes = {p.dtype for p in unit.params if p.kind != "4bit"}
-                if len(dtypes) > 1 and len({p.dtype for p in unit.params if p.requires_grad}) <= 1:
-                    names = sorted(dtype_name(d) for d in dtypes)
-                    ctx.report(self, f"FSDP2 unit {unit.label} mixes dtypes {names}: torch "
-                                     f"{ctx.torch_version} ({ctx.torch_version_source}) requires one dtype for "
-                                     f"all parameters of a unit, frozen ones included (relaxed by "
-                                     f"pytorch#154103), and raises \"FSDP expects uniform original parameter "
-                                     f"dtype\". Cast the model to one dtype before fully_shard.",
-                               unit=unit.name, field="fsdp")
+            mixed = [u for u in plan.units
+                     if len({p.dtype for p in u.params if p.kind != "4bit"}) > 1
+                     and len({p.dtype for p in u.params if p.requires_grad}) <= 1]
+            if mixed:
+                names = sorted({dtype_name(p.dtype) for p in mixed[0].params if p.kind != "4bit"})
+                ctx.report(self, f"FSDP2 unit {mixed[0].label} mixes dtypes {names}: torch "
+                                 f"{ctx.torch_version} ({ctx.torch_version_source}) requires one dtype for "
+                                 f"all parameters of a unit, frozen ones included (relaxed by "
+                                 f"pytorch#154103), and raises \"FSDP expects uniform original parameter "
+                                 f"dtype\".{ctx.more_units([u.name for u in mixed])} Cast the model to one "
+                                 f"dtype before fully_shard.", unit=mixed[0].name, field="fsdp")
+
+
+HALF = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "bf16": "bfloat16", "fp16": "float16"}
+CASTS = {"to", "bfloat16", "half", "float", "type"}
+
+
+def _half_load(a, t, lora):
+    """The from_pretrained call that built the base model in bf16/fp16, and that dtype's name."""
+    base = lora.call.arg(0, "model")
+    base_entity = t.find(t.analysis.ref(base, lora.step).key) if base is not None and t.analysis.ref(base, lora.step) else None
+    for ev in t.events:
+        call = ev.call
+        if ev.seq >= lora.seq or call is None or call.api != "load_model":
+            continue
+        if not any(dotted(tg) and t.find(a._target_key(ev.step, dotted(tg))) in (lora.entity, base_entity) for tg in call.targets):
+            continue
+        if call.kw("quantization_config") is not None or call.kw("load_in_4bit") or call.kw("load_in_8bit"):
+            return None, None  # quantized bases are FSDP201/FSDP202's business
+        expr = call.kw("torch_dtype") or call.kw("dtype")
+        v = a.value(expr, call.scope) if expr is not None else None
+        name = v.name.rsplit(".", 1)[-1] if isinstance(v, QName) and v.name.startswith("torch.") else v
+        if isinstance(name, str) and name in HALF:
+            return call, HALF[name]
+        return None, None
+    return None, None
+
+
+def _cast_between(a, t, lora, wrap) -> bool:
+    """Any dtype cast of the model (or of its parameters in a loop) between injection and wrapping."""
+    for step in t.steps:
+        call = step.call
+        order = step.order if step.order >= 0 else step.seq
+        if call is None or not lora.seq < order < wrap.seq or call.method not in CASTS:
+            continue
+        if call.loops:
+            return True  # `for p in model.parameters(): p.data = p.data.to(...)`
+        r = a.ref(call.receiver, step) if call.receiver is not None else None
+        if r is not None and t.find(r.key) == lora.entity:
+            return True
+    return False
+
+
+def _flat_policy(a, call) -> bool:
+    """The FSDP1 policy is known to put LoRA and base weights together: none, or a class/size-based one."""
+    if call is None or call.star_kwargs():
+        return False
+    pol = call.kw("auto_wrap_policy")
+    if pol is None:
+        return True
+    for api in ("ModuleWrapPolicy",):
+        if a.call_for(pol, call.scope, api) is not None:
+            return True
+    expr = pol
+    for _ in range(3):
+        d = dotted(expr) if expr is not None else None
+        if d is None:
+            break
+        nxt = a.binding(d, call.scope)
+        if nxt is None:
+            break
+        expr = nxt
+    import libcst as cst
+
+    if isinstance(expr, cst.Call) and dotted(expr.func) in ("functools.partial", "partial") and expr.args:
+        q = a.resolver.qualify(expr.args[0].value)
+        return bool(q) and q.endswith((".transformer_auto_wrap_policy", ".size_based_auto_wrap_policy"))
+    return False
+
+
+def _dtype_src(a, load, dtype):
+    """Source text for the load dtype that is valid anywhere in the file, or None."""
+    expr = load.kw("torch_dtype") or load.kw("dtype")
+    q = a.resolver.qualify(expr) if expr is not None else None
+    if q and q.startswith("torch."):
+        return a.code(expr)
+    torch_name = next((local for local, qn in a.resolver.names.items() if qn == "torch"), None)
+    return f"{torch_name}.{dtype}" if torch_name else None
+
+
+def _cast_fix(call, src):
+    import libcst as cst
+
+    stmt = call.stmt
+    if src is None or stmt is None or not isinstance(stmt.node, cst.SimpleStatementLine) or len(stmt.node.body) != 1:
+        return None
+    assign = stmt.node.body[0]
+    if not isinstance(assign, cst.Assign) or assign.value is not call.node or len(assign.targets) != 1:
+        return None
+    target = dotted(assign.targets[0].target)
+    if target is None:
+        return None
+    return unsafe("Cast the PEFT model to the base dtype before wrapping",
+                  InsertLinesAfter(stmt.node, f"{target}.to({src})"))

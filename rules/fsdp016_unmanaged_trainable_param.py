@@ -8,7 +8,7 @@ class UnmanagedTrainableParam(Rule):
     name = "unmanaged-trainable-param"
     severity = Severity.ERROR
     summary = "a trainable param outside every FSDP unit (and not ignored): its gradient is never reduced, ranks diverge"
-    sides = "A"
+    sides = "AR"
     doc = """
     ## What it does
     Finds trainable parameters that no FSDP unit manages and that are not in `ignored_params`: typically

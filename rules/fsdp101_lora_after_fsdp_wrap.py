@@ -9,7 +9,7 @@ class LoraAfterFsdpWrap(Rule):
     code = "FSDP101"
     name = "lora-after-fsdp-wrap"
     severity = Severity.ERROR
-    sides = "SA"
+    sides = "SAR"
     fix = Applicability.UNSAFE
     summary = "LoRA injected (get_peft_model / inject_adapter_in_model / add_adapter) after the model was wrapped."
     message = (

@@ -2,7 +2,8 @@ import difflib
 
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
-from fsdplint.rule import Rule
+from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules import _lora_targets
 
 
 class LoraTargetNotFound(Rule):
@@ -19,6 +20,12 @@ class LoraTargetNotFound(Rule):
     Applies the LoRA config with the real peft to the architecture (on the meta device) and reports target
     names that match no module: when none match, peft raises `ValueError: Target modules {...} not found
     in the base model`; when some match, peft silently drops the others.
+
+    In scripts, checks the literal `target_modules` of each `LoraConfig` against the module names of the
+    architecture, when it is known: from the `--model` config (`model_type`), or from a well-known model id
+    passed to `from_pretrained` (e.g. `meta-llama/Llama-3.1-8B`). Without a known architecture, a name is
+    reported only when it exists in no known family (llama, mistral, mixtral, qwen2/3(-moe), gemma 1-3,
+    phi/phi3, gpt2, gpt-neox, falcon, gpt-oss, t5, bert, ...) and is a near-miss of a real name (`"vproj"`).
 
     ## Why is this bad?
     The error surfaces only after the weights are loaded on the cluster, or — worse — training runs with a
@@ -43,6 +50,71 @@ class LoraTargetNotFound(Rule):
     ## References
     - peft `check_target_module_exists` (peft/tuners/tuners_utils.py)
     """
+    VALID = [
+        """
+        from peft import LoraConfig
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B")
+        cfg = LoraConfig(r=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+        """,
+        # Names of a custom model are not guessed at.
+        """
+        from peft import LoraConfig as LC
+        cfg = LC(r=8, target_modules=["to_q", "to_k", "to_v", "to_out.0"])
+        """,
+        # Regex / all-linear strings are left to the model audit.
+        """
+        from peft import LoraConfig
+        cfg = LoraConfig(r=8, target_modules=r".*\\.(q|v)_proj")
+        cfg2 = LoraConfig(r=8, target_modules="all-linear")
+        """,
+        """
+        import peft
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-1b")
+        cfg = peft.LoraConfig(target_modules=["query_key_value", "dense_h_to_4h"])
+        """,
+        Valid(
+            """
+            from peft import LoraConfig
+            cfg = LoraConfig(r=8, target_modules=["w1", "w2", "w3", "q_proj"])
+            """,
+            options={"model_config": {"model_type": "mixtral"}},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from peft import LoraConfig
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Meta-Llama-3-8B")
+            cfg = LoraConfig(r=16, target_modules=["query_key_value"])
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            from peft import LoraConfig as LC
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained(model_name)
+            cfg = LC(r=16, target_modules=["q_proj", "vproj"])
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import peft
+            targets = ["q_proj", "v_proj", "gate_up_proj"]
+            cfg = peft.LoraConfig(r=8, target_modules=targets)
+            """,
+            line=3,
+            options={"model_config": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}},
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        _lora_targets.check(self, ctx)
+
     AUDIT_VALID = [spec(), spec(lora={"r": 8, "target_modules": "all-linear"})]
     AUDIT_INVALID = [
         spec(lora={"r": 8, "target_modules": ["q_proj", "vproj"]}),

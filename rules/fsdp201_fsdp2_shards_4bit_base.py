@@ -1,6 +1,7 @@
 from fsdplint.audit.examples import spec
+from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
-from fsdplint.rule import Rule
+from fsdplint.rule import Invalid, Rule, Valid
 
 
 class Fsdp2Shards4bitBase(Rule):
@@ -8,12 +9,14 @@ class Fsdp2Shards4bitBase(Rule):
     name = "fsdp2-shards-4bit-base"
     severity = Severity.ERROR
     summary = "FSDP2 shards bitsandbytes Params4bit base weights (silent QLoRA corruption / errors)"
-    sides = "SA"
+    sides = "SAR"
     versions = {"torch": ">=2.4", "bitsandbytes": "<=0.50"}
     doc = """
     ## What it does
     Finds bitsandbytes `Params4bit` weights (QLoRA base weights) inside an FSDP2 unit that are not in
-    `ignored_params`.
+    `ignored_params`. In scripts, finds a 4-bit load (`BitsAndBytesConfig(load_in_4bit=True)`) of a model
+    that is then sharded with `fully_shard` without `ignored_params`, or launched with accelerate / the
+    Trainer on FSDP2 where accelerate does not exclude the 4-bit weights itself.
 
     ## Why is this bad?
     bitsandbytes has no FSDP2 all-gather extension: `fully_shard` turns each `Params4bit` into a plain
@@ -46,6 +49,157 @@ class Fsdp2Shards4bitBase(Rule):
     - accelerate#3983, accelerate#3987, bnb#1945, bnb#1719
     - axolotl#2992, trl#6343, torchtune#909
     """
+    VALID = [
+        # Catalog correction b: the frozen 4-bit weights are excluded through ignored_params (torch >= 2.7).
+        Valid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb)
+            frozen = {p for p in model.parameters() if type(p).__name__ == "Params4bit"}
+            for layer in model.model.layers:
+                fully_shard(layer, ignored_params=frozen)
+            fully_shard(model, ignored_params=frozen)
+            """,
+            target={"torch": "2.7"},
+        ),
+        # FSDP1 QLoRA is the supported route (FSDP202 checks its storage dtype).
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+        model = FSDP(model)
+        """,
+        # FSDP2 without quantization.
+        """
+        import torch.distributed.fsdp as f
+        from transformers import AutoModelForCausalLM as AM
+
+        model = AM.from_pretrained("m", dtype="bfloat16")
+        for block in model.model.layers:
+            f.fully_shard(block)
+        f.fully_shard(model)
+        """,
+        # The 4-bit flag is chosen at run time: the linter cannot tell.
+        """
+        from torch.distributed.fsdp import fully_shard
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        bnb = BitsAndBytesConfig(load_in_4bit=args.load_in_4bit)
+        model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb)
+        fully_shard(model)
+        """,
+        # ignored_params added to the kwargs only on torch >= 2.7 (version-gated, as accelerate and TRL do).
+        Valid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+            kwargs = {"reshard_after_forward": True}
+            if version.parse(torch.__version__) >= version.parse("2.7"):
+                kwargs["ignored_params"] = {p for p in model.parameters() if not p.is_floating_point()}
+            for layer in model.model.layers:
+                fully_shard(layer, **kwargs)
+            """,
+            target={"torch": "2.7"},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            from peft import get_peft_model
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            model = get_peft_model(model, lora_config)
+            for layer in model.base_model.model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            """,
+            line=10,
+        ),
+        Invalid(
+            """
+            import torch.distributed._composable.fsdp as fsdp2
+            import transformers as tr
+
+            def build(name):
+                q = tr.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")
+                model = tr.AutoModelForCausalLM.from_pretrained(name, quantization_config=q)
+                return model
+
+            model = build("m")
+            fsdp2.fully_shard(model)
+            """,
+            line=10,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp import fully_shard as shard
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig as BnB
+
+            model_kwargs = dict(quantization_config=BnB(load_in_4bit=True), dtype="bfloat16")
+            model = AutoModelForCausalLM.from_pretrained("m", **model_kwargs)
+            for i, block in enumerate(model.model.layers):
+                shard(block, reshard_after_forward=True)
+            shard(model)
+            """,
+            target={"torch": "2.7"},
+            line=7,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        configs = [c for c in a.calls("BitsAndBytesConfig") if _true(a, c, "load_in_4bit")]
+        loads = [c for c in a.calls("load_model") if _true(a, c, "load_in_4bit") or _uses_config(a, c, configs)]
+        if not configs and not loads:
+            return
+        shards = [e for t in a.timelines for e in t.of("shard2")]
+        if any(e.call is not None and a.keyword(e.call, "ignored_params") is not None for e in shards):
+            return  # 4-bit weights excluded (torch >= 2.7; FSDP001 checks the version)
+        where = configs[0] if configs else loads[0]
+        if shards:
+            hit = _first_shard_of_4bit_model(a, shards, loads)
+            if hit is None:
+                return
+            ctx.report(
+                hit.node,
+                f"fully_shard shards the bitsandbytes 4-bit base weights loaded at line {ctx.line(where.node)}: "
+                "bitsandbytes has no FSDP2 support, so each Params4bit becomes a plain DTensor and its quant_state "
+                "is lost (silent garbage or 'only Tensors of floating point dtype can require gradients'). "
+                + _remedy(ctx.version("torch")),
+            )
+            return
+        if getattr(a, "launch_fsdp_version", None) != 2:
+            return
+        torch_v, acc_v = ctx.version("torch"), ctx.version("accelerate")
+        float_storage = any(_float_storage(a, c) for c in configs)
+        if torch_v >= "2.7" and acc_v >= "1.14" and not float_storage:
+            return  # accelerate excludes the uint8 Params4bit from sharding (accelerate#3987)
+        if float_storage:
+            why = ("with a floating bnb_4bit_quant_storage accelerate still shards the Params4bit (it only "
+                   "excludes integer storage), so their quant_state is lost")
+        else:
+            why = (f"accelerate excludes 4-bit weights from FSDP2 only from accelerate 1.14 on torch >= 2.7, and "
+                   f"the target is {acc_v.describe()}, {torch_v.describe()}")
+        ctx.report(
+            where.node,
+            f"This 4-bit model is trained with FSDP2: {why}. Use FSDP1 with bnb_4bit_quant_storage equal to the "
+            "model dtype, or keep the default uint8 storage with accelerate >= 1.14 and torch >= 2.7 (the base "
+            "weights are then replicated, not sharded).",
+        )
+
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},
              fsdp={"ignored_params": "4bit"}),
@@ -75,3 +229,53 @@ class Fsdp2Shards4bitBase(Rule):
                          f"bitsandbytes has no FSDP2 support, so quant_state is lost and QLoRA silently "
                          f"trains on garbage or fails. Instead, {fix}.",
                    unit=hits[0][0].name, param=hits[0][1].fqn, field="quantization")
+
+
+_FLOAT_DTYPES = {"bfloat16", "float16", "float32", "half", "float", "float64"}
+
+
+def _true(a, call, name) -> bool:
+    expr = a.keyword(call, name)
+    return expr is not None and expr is not UNKNOWN and a.value(expr, call.scope) is True
+
+
+def _uses_config(a, load, configs) -> bool:
+    q = a.keyword(load, "quantization_config")
+    if q is None or q is UNKNOWN:
+        return False
+    return any(q is c.node or a.call_for(q, load.scope, "BitsAndBytesConfig") is c for c in configs)
+
+
+def _float_storage(a, config) -> bool:
+    expr = a.keyword(config, "bnb_4bit_quant_storage")
+    if expr is None or expr is UNKNOWN:
+        return False
+    v = a.value(expr, config.scope)
+    name = getattr(v, "name", v)
+    return isinstance(name, str) and name.rsplit(".", 1)[-1] in _FLOAT_DTYPES
+
+
+def _first_shard_of_4bit_model(a, shards, loads):
+    """The first fully_shard on the model a 4-bit load produced; any fully_shard if the load is not traceable."""
+    entities = set()
+    for t in a.timelines:
+        for ev in t.of("load"):
+            if any(ev.call is c for c in loads):
+                for tg in ev.call.targets:
+                    name = getattr(tg, "value", None)
+                    if isinstance(name, str):
+                        entities.add((id(t), t.find(ev.step.key(name))))
+    if not entities:
+        return shards[0]
+    for e in shards:
+        if (id(e.timeline), e.entity) in entities:
+            return e
+    return None
+
+
+def _remedy(torch_v) -> str:
+    if torch_v >= "2.7":
+        return ("Pass the frozen Params4bit as fully_shard(..., ignored_params=...) (the base weights are then "
+                "replicated), or use FSDP1 with bnb_4bit_quant_storage (see FSDP202).")
+    return (f"Use FSDP1 with bnb_4bit_quant_storage equal to the model dtype (see FSDP202); excluding them with "
+            f"ignored_params needs torch >= 2.7 and the target is {torch_v.describe()}.")

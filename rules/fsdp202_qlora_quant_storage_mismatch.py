@@ -251,11 +251,12 @@ class QloraQuantStorageMismatch(Rule):
         if ctx.plan.version != 1:
             return
         storage = ctx.built.quant_storage
-        for message, unit, _ in ctx.problems(self.code):
-            ctx.report(self, f"FSDP1 would raise ValueError: {message}. The 4-bit weights are stored as "
+        for message, units, _ in ctx.grouped_problems(self.code):
+            ctx.report(self, f"FSDP1 would raise ValueError: {message}.{ctx.more_units(units)} "
+                             f"The 4-bit weights are stored as "
                              f"{dtype_name(storage)}; set bnb_4bit_quant_storage={dtype_name(ctx.built.dtype)} "
                              f"(the model dtype) so every flat parameter has one floating dtype.",
-                       unit=unit, field="quantization")
+                       unit=units[0], field="quantization")
 
 
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
@@ -306,7 +307,13 @@ def _fix(ctx, a, bnb, dtype, load, dtype_name, replace):
         new = replace_keyword(bnb.node, "bnb_4bit_quant_storage", text)
     else:
         new = add_keyword(bnb.node, "bnb_4bit_quant_storage", text)
-    return safe(f"Set bnb_4bit_quant_storage={text}", Replace(bnb.node, ctx.code(new)))
+    code = ctx.code(new)
+    if "\n" in code:
+        # Rendered on its own, the call lost its block's indentation: give it back to the continuation lines.
+        row = ctx.line(bnb.stmt.node) if bnb.stmt is not None else ctx.line(bnb.node)
+        line = ctx.source.splitlines()[row - 1]
+        code = code.replace("\n", "\n" + line[: len(line) - len(line.lstrip())])
+    return safe(f"Set bnb_4bit_quant_storage={text}", Replace(bnb.node, code))
 
 
 def _visible(a, name, bnb, load):

@@ -1,6 +1,7 @@
 from fsdplint.audit.examples import spec, tiny
+from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
-from fsdplint.rule import Rule
+from fsdplint.rule import Invalid, Rule
 
 # Target names that show the user meant to adapt the MLP / experts, not only attention.
 _MLP_NAMES = {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp",
@@ -21,7 +22,9 @@ class ExpertsAsBareParameters(Rule):
     ## What it does
     Finds MoE expert weights that are bare parameters — fused 3-D tensors (Mixtral, Qwen3-MoE and GPT-OSS
     in transformers 5) or `nn.ParameterList` entries — that the LoRA config meant to adapt (its targets
-    name MLP projections, or `"all-linear"`) but that received no adapter.
+    name MLP projections, or `"all-linear"`) but that received no adapter. In scripts, finds a custom
+    module class that stores its experts as a 3-D `nn.Parameter` or an `nn.ParameterList`, in a script
+    whose `LoraConfig(target_modules=...)` aims at the MLP/experts without `target_parameters` for them.
 
     ## Why is this bad?
     LoRA `target_modules` only wraps modules; a bare expert parameter has none. peft either raises
@@ -52,6 +55,136 @@ class ExpertsAsBareParameters(Rule):
     - peft#2638, peft#3009, peft#3080, peft#3711
     - peft docs package_reference/lora.md
     """
+    VALID = [
+        # Experts as modules: target_modules reaches every expert's Linear.
+        """
+        import torch.nn as nn
+        from peft import LoraConfig
+        class Experts(nn.Module):
+            def __init__(self, n, d, f):
+                super().__init__()
+                self.experts = nn.ModuleList([nn.Linear(d, f) for _ in range(n)])
+        cfg = LoraConfig(target_modules=["q_proj", "experts"])
+        """,
+        # target_parameters reaches the fused experts (peft >= 0.17).
+        """
+        import torch
+        from torch import nn
+        from peft import LoraConfig
+        class MoE(nn.Module):
+            def __init__(self, n, d, f):
+                super().__init__()
+                self.gate_up_proj = nn.Parameter(torch.empty(n, d, 2 * f))
+                self.down_proj = nn.Parameter(torch.empty(n, f, d))
+        cfg = LoraConfig(target_modules=["q_proj", "v_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"], lora_dropout=0.0)
+        """,
+        # Attention-only LoRA on an MoE model is a legitimate choice.
+        """
+        import torch
+        import torch.nn as nn
+        from peft import LoraConfig
+        class SparseMoE(nn.Module):
+            def __init__(self, n, d, f):
+                super().__init__()
+                self.w1 = nn.Parameter(torch.empty(n, f, d))
+        cfg = LoraConfig(target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+        """,
+        # A 3-D parameter that is not an expert bank (e.g. a conv kernel bank).
+        """
+        import torch
+        import torch.nn as nn
+        from peft import LoraConfig
+        class Mixer(nn.Module):
+            def __init__(self, c, k):
+                super().__init__()
+                self.kernel = nn.Parameter(torch.randn(c, c, k))
+        cfg = LoraConfig(target_modules=["fc1", "fc2"])
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            from peft import LoraConfig, get_peft_model
+
+            class MoEExperts(nn.Module):
+                def __init__(self, num_experts, hidden, inter):
+                    super().__init__()
+                    self.w1 = nn.Parameter(torch.empty(num_experts, inter, hidden))
+                    self.w2 = nn.Parameter(torch.empty(num_experts, hidden, inter))
+
+            model = get_peft_model(model, LoraConfig(r=16, target_modules=["q_proj", "v_proj", "w1", "w2"]))
+            """,
+            line=8,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn as tnn
+            from peft import LoraConfig as LC
+
+            class Experts(tnn.Module):
+                def __init__(self, n, d, f):
+                    super().__init__()
+                    self.up = tnn.ParameterList([tnn.Parameter(torch.empty(f, d)) for _ in range(n)])
+
+            config = LC(target_modules="all-linear")
+            """,
+            line=8,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn import Module, Parameter
+            from peft import LoraConfig
+
+            class Block(Module):
+                def __init__(self, e, d, f):
+                    super().__init__()
+                    self.experts_gate_up = Parameter(torch.zeros((e, d, 2 * f)).normal_(std=0.02))
+
+            cfg = LoraConfig(target_modules=["q_proj", "gate_proj", "up_proj", "down_proj"])
+            """,
+            line=8,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        configs = []
+        for lc in a.calls("LoraConfig"):
+            tm = a.keyword(lc, "target_modules")
+            if tm is None or tm is UNKNOWN:
+                continue
+            targets = a.value(tm, lc.scope)
+            if targets is UNKNOWN:
+                continue
+            targets = {targets} if isinstance(targets, str) else {t for t in targets if isinstance(t, str)}
+            tp = a.keyword(lc, "target_parameters")
+            tparams = a.value(tp, lc.scope) if tp is not None and tp is not UNKNOWN else []
+            if tp is UNKNOWN or tparams is UNKNOWN:
+                continue
+            tparams = {tparams} if isinstance(tparams, str) else set(tparams or [])
+            configs.append((lc, targets, {p.rsplit(".", 1)[-1] for p in tparams if isinstance(p, str)}))
+        if not configs:
+            return
+        for klass, attr, node, kind in _bare_experts(a):
+            for lc, targets, reached in configs:
+                if attr in reached:
+                    continue
+                if not (targets & _MLP_NAMES or attr in targets or any(t in attr for t in targets if len(t) > 2)):
+                    continue
+                ctx.report(
+                    node,
+                    f"{klass}.{attr} stores MoE experts as {kind}: LoRA target_modules {sorted(targets)} (line "
+                    f"{ctx.line(lc.node)}) only wraps modules, so these experts get no adapter and do not train "
+                    f"(peft raises 'not found' or silently adapts the rest), and FSDP1 cannot wrap single experts. "
+                    f"Hold experts as nn.Linear modules, or add target_parameters=[\"{attr}\"] with lora_dropout=0 "
+                    f"(peft >= 0.17; not yet under FSDP, see FSDP303).",
+                )
+                break
+
     AUDIT_VALID = [
         spec("mixtral", lora={"r": 8, "target_modules": ["w1", "w2", "w3"]}),
         spec("mixtral"),
@@ -95,3 +228,51 @@ def _is_list(ctx, info) -> bool:
 
     mods = dict(ctx.built.model.named_modules())
     return any(isinstance(mods.get(m), (nn.ParameterList, nn.ParameterDict)) for m, _ in info.owners)
+
+
+def _bare_experts(a):
+    """(class, attribute, node, kind) for `self.x = nn.Parameter(<3-D>)` / `nn.ParameterList(...)` in expert classes."""
+    import libcst as cst
+
+    by_node = {id(c.node): c for c in a.c.calls}
+    out = []
+    for scope in a.c.scopes:
+        if scope.klass is None or scope.name != "__init__":
+            continue
+        for s in scope.attr_sets:
+            if not s.target.startswith("self.") or s.target.count(".") != 1:
+                continue
+            attr = s.target[5:]
+            call = by_node.get(id(s.value)) if isinstance(s.value, cst.Call) else None
+            if call is None:
+                continue
+            expertish = any(w in n.lower() for n in (scope.klass, attr) for w in ("expert", "moe"))
+            if call.api == "nn_ParameterList" and expertish:
+                out.append((scope.klass, attr, s.value, "an nn.ParameterList"))
+            elif call.api == "nn_Parameter" and expertish and _dims(call.arg(0, "data")) == 3:
+                out.append((scope.klass, attr, s.value, "a fused 3-D nn.Parameter"))
+    return out
+
+
+def _dims(expr):
+    """Number of dimensions of `torch.empty(a, b, c)` / `torch.zeros((a, b, c)).normal_()`, or None."""
+    import libcst as cst
+
+    from fsdplint.resolve import dotted
+
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and isinstance(expr.func.value, cst.Call):
+        expr = expr.func.value  # `.normal_()`, `.to(...)` on the factory's result
+    if not isinstance(expr, cst.Call):
+        return None
+    fn = (dotted(expr.func) or "").rsplit(".", 1)[-1]
+    if fn not in ("empty", "zeros", "ones", "randn", "rand", "full", "Tensor", "FloatTensor", "normal"):
+        return None
+    pos = [x for x in expr.args if x.keyword is None]
+    if any(x.star for x in pos):
+        return None
+    if fn == "full":
+        pos = pos[:1]
+    if len(pos) == 1 and isinstance(pos[0].value, (cst.Tuple, cst.List)):
+        els = pos[0].value.elements
+        return None if any(isinstance(e, cst.StarredElement) for e in els) else len(els)
+    return len(pos)

@@ -8,7 +8,7 @@ class RanksWithoutTrainableShards(Rule):
     name = "ranks-without-trainable-shards"
     severity = Severity.INFO
     summary = 'at world size N some ranks hold no trainable elements ("clip_grad_norm_ ... with no gradients" warning)'
-    sides = "A"
+    sides = "AR"
     doc = """
     ## What it does
     Maps each rank's shard of every unit (FSDP1 flat-parameter chunks, FSDP2 dim-0 DTensor chunks) against

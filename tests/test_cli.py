@@ -21,8 +21,8 @@ BUGGY = textwrap.dedent(
     from peft import LoraConfig, get_peft_model
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    def main(model):
-        model = FSDP(model, use_orig_params=True)
+    def main(model, policy):
+        model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
         model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
         return model
     """
@@ -33,9 +33,9 @@ CLEAN = textwrap.dedent(
     from peft import LoraConfig, get_peft_model
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    def main(model):
+    def main(model, policy):
         model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
-        model = FSDP(model, use_orig_params=True)
+        model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
         return model
     """
 )

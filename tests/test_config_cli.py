@@ -15,7 +15,7 @@ BUGGY = textwrap.dedent('''\
     from peft import get_peft_model
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    model = FSDP(model, use_orig_params=True)
+    model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
     model = get_peft_model(model, lora_config)
 ''')
 
@@ -36,6 +36,8 @@ def codes_by_file(*args):
     assert res.exit_code in (0, 1), res.output
     out = {}
     for d in json.loads(res.stdout):
+        if d["code"] != "FSDP101":
+            continue  # the configuration mechanics are checked on one rule
         out.setdefault(d["filename"].replace("\\", "/"), set()).add(d["code"])
     return out, res
 

@@ -186,3 +186,11 @@ def test_rule_options_accept_code_or_name(tmp_path):
     cfg = load_config(write(tmp_path / "t.py", ""))
     assert cfg.rule_options("FSDP003") == {"threshold": 2}
     assert cfg.rule_options("FSDP101") == {}
+
+
+def test_unknown_distribution_in_target_version_is_a_warning(tmp_path):
+    write(tmp_path / "fsdplint.toml", 'target-version = { torch = "2.6", torchh = "2.6" }\n')
+    cfg = load_config(write(tmp_path / "t.py", ""))
+    assert cfg.target_version == {"torch": "2.6", "torchh": "2.6"}
+    assert any("`torchh`" in w and "target-version" in w for w in cfg.warnings)
+    assert not any("`torch`" in w for w in cfg.warnings)

@@ -21,7 +21,9 @@ def test_docs_are_not_stale():
 def test_every_rule_has_a_page_and_an_index_row():
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     for rule in all_rules():
-        page = (DOCS / f"{rule.code}.md").read_text(encoding="utf-8")
+        path = DOCS / f"{rule.code}.md"
+        assert path.is_file(), f"no page for {rule.code}; run `python -m fsdplint.docs_gen`"
+        page = path.read_text(encoding="utf-8")
         assert page.splitlines()[2] == f"# {rule.code} {rule.name}"
         assert f"[{rule.code}]({rule.code}.md)" in index
 

@@ -126,11 +126,11 @@ def test_cli_sarif_output_validates(validator, tmp_path, monkeypatch):
     (tmp_path / "train.py").write_text(
         "from peft import get_peft_model\n"
         "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
-        "model = FSDP(model, use_orig_params=True)\n"
+        "model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)\n"
         "model = get_peft_model(model, lora_config)\n"
     )
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(main, ["check", "--isolated", "--output-format", "sarif", "."], catch_exceptions=False)
+    res = CliRunner().invoke(main, ["check", "--isolated", "--select", "FSDP101", "--output-format", "sarif", "."], catch_exceptions=False)
     assert res.exit_code == 1
     log = json.loads(res.stdout)
     assert not list(validator.iter_errors(log))

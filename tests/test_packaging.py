@@ -35,7 +35,7 @@ def test_wheel_in_fresh_venv_ships_every_rule(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
         "import torch.distributed.fsdp as f\nfrom peft import get_peft_model\n"
-        "f.fully_shard(model)\nmodel = get_peft_model(model, cfg)\n"
+        "for layer in model.layers:\n    f.fully_shard(layer)\nf.fully_shard(model)\nmodel = get_peft_model(model, cfg)\n"
     )
     p = subprocess.run([str(exe), "--isolated", str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 1 and "FSDP101" in p.stdout, p.stdout + p.stderr

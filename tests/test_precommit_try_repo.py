@@ -49,6 +49,7 @@ dist.init_process_group("nccl")
 
 model = AutoModelForCausalLM.from_pretrained("org/model", torch_dtype=torch.bfloat16)
 model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+model.to(torch.bfloat16)  # one dtype per FSDP2 unit
 for layer in model.base_model.model.model.layers:
     fully_shard(layer)
 fully_shard(model)
@@ -71,6 +72,7 @@ def git(cwd, *args):
 @pytest.fixture(scope="module")
 def hook_repo(tmp_path_factory) -> Path:
     """A committed snapshot of this checkout (tracked and untracked, not ignored, files)."""
+    all_rules()  # load the rules first, so every rule the tests pick is in the snapshot
     listing = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO, capture_output=True,
@@ -114,6 +116,8 @@ def add(project, name, text):
 
 
 def test_lint_hook_fails_on_buggy_and_passes_on_clean(hook_repo, pre_commit_home, project):
+    # The hook's environment has no torch: the project states the version it targets.
+    add(project, "pyproject.toml", '[tool.fsdplint]\ntarget-version = { torch = "2.6" }\n')
     add(project, "buggy.py", BUGGY)
     add(project, "clean.py", CLEAN)
     bad = try_repo(hook_repo, pre_commit_home, project, "fsdplint", "buggy.py")

@@ -17,7 +17,7 @@ def test_lint_imports_no_heavy_library(tmp_path):
             import torch
             from peft import get_peft_model
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-            model = FSDP(model)
+            model = FSDP(model, auto_wrap_policy=policy)
             model = get_peft_model(model, cfg)
             """
         )
@@ -45,7 +45,7 @@ def test_linting_never_runs_the_script(tmp_path):
     script = tmp_path / "evil.py"
     script.write_text(
         f"import pathlib, os\npathlib.Path({str(marker)!r}).write_text('x')\nos._exit(3)\n"
-        "from peft import get_peft_model\nimport torch.distributed.fsdp as f\nm = f.fully_shard(m)\nm = get_peft_model(m, c)\n"
+        "from peft import get_peft_model\nimport torch.distributed.fsdp as f\nfor layer in m.layers:\n    f.fully_shard(layer)\nm = f.fully_shard(m)\nm = get_peft_model(m, c)\n"
     )
     p = subprocess.run([sys.executable, "-m", "fsdplint", "--isolated", str(script)], capture_output=True, text=True)
     assert p.returncode == 1 and "FSDP101" in p.stdout

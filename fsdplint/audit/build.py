@@ -217,8 +217,12 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
         raise AuditInputError(f"{spec.filename}: lora: {_one_line(e)}") from None
     built.lora_config = config
     built.user_targets = _as_targets(config.target_modules)
+    import torch
+
     try:
-        model = peft.get_peft_model(built.base, config)
+        # On meta, so adapter init (kaiming/zeros) costs nothing even for 405B-class models.
+        with torch.device("meta"):
+            model = peft.get_peft_model(built.base, config)
     except ValueError as e:
         # peft's own refusals (nothing matched, fused experts...) are findings, not crashes.
         built.problems.append(_classify_peft_error(e, config))
@@ -229,7 +233,9 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
     built.model = model
     built.lora_applied = True
     built.peft_trainable = model.get_nb_trainable_parameters()[0]
-    built.coverage = _coverage(model, built.user_targets, model.peft_config["default"])
+    final = model.peft_config["default"]
+    # No targets given: peft picked its defaults for the architecture; report those.
+    built.coverage = _coverage(model, built.user_targets or _as_targets(final.target_modules), final)
 
 
 def _as_targets(tm) -> Optional[list[str]]:

@@ -28,6 +28,9 @@ from fsdplint.errors import FsdplintError
 @click.option("--wrap", metavar="CLASSES", help="Comma-separated module classes that become FSDP units.")
 @click.option("--use-orig-params/--no-use-orig-params", default=None, help="FSDP1 use_orig_params.")
 @click.option("--gpu-memory", metavar="SIZE", help="Per-GPU memory budget, e.g. 80GiB.")
+@click.option("--torch-version", metavar="VERSION",
+              help="Target torch version for version-dependent checks (default: as for scripts: "
+                   "[tool.fsdplint], the project's requirements, else the installed torch).")
 @click.option("--trust-remote-code", is_flag=True, help="Allow configs that need custom model code.")
 @click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to report.")
 @click.option("--ignore", metavar="CODES", help="Comma-separated codes or prefixes not to report.")
@@ -47,6 +50,14 @@ def model_command(config, select, ignore, output_format, **flags):
             raise FsdplintError(f"unknown rule selector {bad[0]!r}")
         codes = select_codes(sel or None, ign or None) if (sel or ign) else None
         spec = load_spec(config, flags)
+        from pathlib import Path
+
+        from fsdplint.config import load_config
+
+        cfg = load_config(Path(config))
+        spec.config_targets = dict(cfg.target_version)
+        if cfg.source is not None:
+            spec.config_source = cfg.source.name
         from fsdplint.audit.runner import run_audit
 
         result = run_audit(spec, select=codes)

@@ -36,6 +36,24 @@ class AuditContext:
         out += [(p.message, p.unit, None) for p in self.plan.problems if p.code == code]
         return out
 
+    def grouped_problems(self, code: str):
+        """Problems of `code` whose messages differ only by unit name, grouped:
+        (first message, [units], field)."""
+        groups: dict[str, list] = {}
+        for message, unit, fieldpath in self.problems(code):
+            key = message.replace(unit, "{unit}") if unit else message
+            groups.setdefault(key, []).append((message, unit, fieldpath))
+        return [(items[0][0], [u for _, u, _ in items], items[0][2]) for items in groups.values()]
+
+    @staticmethod
+    def more_units(units) -> str:
+        """' The same holds for N more units (a, b, ...).' for units after the first."""
+        rest = [u or "(root)" for u in units[1:]]
+        if not rest:
+            return ""
+        shown = ", ".join(rest[:3]) + (", ..." if len(rest) > 3 else "")
+        return f" The same holds for {len(rest)} more unit{'s' if len(rest) > 1 else ''} ({shown})."
+
     def report_problems(self, rule) -> None:
         for message, unit, fieldpath in self.problems(rule.code):
             self.report(rule, message, unit=unit, field=fieldpath)

@@ -37,6 +37,7 @@ def to_json(result) -> dict:
         "config": result.spec.filename,
         "model": dict(result.summary, source=result.spec.model_source),
         "torch_version": result.torch_version,
+        "torch_version_source": result.torch_version_source,
         "lora_coverage": [{"target": c.target, "modules": c.modules, "note": c.note} for c in result.coverage],
         "fsdp": {
             "version": plan.version,

@@ -18,6 +18,9 @@ class AuditResult:
     memory: Any
     torch_version: str
     notes: list[str] = field(default_factory=list)
+    torch_version_source: str = ""
+    # The audited (meta, sharded for FSDP2) model, for callers that want to look further.
+    model: Any = None
 
     @property
     def exit_code(self) -> int:
@@ -54,7 +57,7 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
         if rule.has_audit() and (select is None or rule.code in select):
             rule().audit(ctx)
     findings = sorted(ctx.findings, key=lambda f: (f.severity.rank, f.code, f.message))
-    notes = []
+    notes = [f"checks target torch {tv} ({source})."]
     if plan.version == 1:
         notes.append("FSDP1 plan computed with torch's wrap-policy and flattening code, not executed "
                      "(FullyShardedDataParallel needs an accelerator).")
@@ -62,7 +65,8 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
         notes.append(f"FSDP2 plan executed: torch fully_shard on the meta model under a fake process group "
                      f"of {plan.world_size} ranks.")
     return AuditResult(spec=spec, findings=findings, summary=_summary(built, params, plan),
-                       coverage=built.coverage, plan=plan, memory=memory, torch_version=tv, notes=notes)
+                       coverage=built.coverage, plan=plan, memory=memory, torch_version=tv, notes=notes,
+                       model=built.model, torch_version_source=source)
 
 
 def audit_from_dicts(model: Any, *, lora: Optional[dict] = None, quantization: Optional[dict] = None,
@@ -87,11 +91,18 @@ def audit_from_dicts(model: Any, *, lora: Optional[dict] = None, quantization: O
 
 
 def _target_torch(spec: AuditSpec) -> tuple[str, str]:
+    """The torch version the checks target, and where it came from (as on the static side)."""
     if spec.fsdp.torch:
         return spec.fsdp.torch, "from the audit spec"
-    import torch
+    from pathlib import Path
 
-    return torch.__version__.split("+")[0], "installed"
+    from fsdplint.versions import resolve
+
+    path = spec.version_path
+    if path is None and Path(spec.filename).is_file():
+        path = Path(spec.filename)
+    tv = resolve("torch", path, spec.target_versions, spec.config_targets, spec.config_source)
+    return str(tv.version), tv.source
 
 
 def _summary(built, params, plan) -> dict:

@@ -104,6 +104,17 @@ class AuditSpec:
     locations: dict = field(default_factory=dict)
     # Where the "model" config came from (for the report).
     model_source: str = ""
+    # Target-version inputs, resolved as on the static side when `fsdp.torch` is unset:
+    # explicit versions (--target-version), `[tool.fsdplint] target-version`, and the file
+    # near which to look for declared requirements (None: the spec file, if it exists).
+    target_versions: dict = field(default_factory=dict)
+    config_targets: dict = field(default_factory=dict)
+    config_source: str = "[tool.fsdplint]"
+    version_path: Optional[Path] = None
+    # What the training script does around get_peft_model: peft's fp32 adapter cast
+    # (autocast_adapter_dtype) and a dtype cast of the whole PEFT model before wrapping.
+    autocast_adapter_dtype: bool = True
+    cast_after_lora: Optional[str] = None
 
     def position_of(self, fieldpath: Optional[str]) -> tuple[int, int]:
         """(row, col) of a dotted field such as "lora.target_modules"; (1, 1) when unknown."""
@@ -455,3 +466,8 @@ def apply_overrides(spec: AuditSpec, o: Mapping[str, Any]) -> None:
         spec.fsdp.use_orig_params = bool(o["use_orig_params"])
     if o.get("gpu_memory") is not None:
         spec.gpu_memory = parse_size(o["gpu_memory"], f"{where}: --gpu-memory")
+    if o.get("torch_version"):
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", str(o["torch_version"])):
+            raise AuditInputError(f"{where}: --torch-version: expected a version such as 2.6, "
+                                  f"got {o['torch_version']!r}")
+        spec.target_versions = dict(spec.target_versions, torch=str(o["torch_version"]))

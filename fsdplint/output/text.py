@@ -98,7 +98,7 @@ def statistics_lines(findings: Sequence[Finding], paint: Paint) -> list[str]:
 
 
 def fix_lines(findings: Sequence[Finding], summary, paint: Paint) -> list[str]:
-    """`--show-fixes`: what each remaining fix would do."""
+    """`--show-fixes`: what each remaining fix would do (applied ones are counted in the summary)."""
     lines = []
     for f in findings:
         if f.fix is not None:
@@ -106,8 +106,6 @@ def fix_lines(findings: Sequence[Finding], summary, paint: Paint) -> list[str]:
             lines.append(f"{f.filename}:{f.start.row}:{f.start.column}: {f.code} ({kind} fix) {f.fix.message}")
     if lines:
         lines.insert(0, paint.bold("Available fixes:"))
-    if summary is not None and summary.fixed:
-        lines.append(paint.fix(f"Applied {_plural(summary.fixed, 'fix')}."))
     return lines
 
 

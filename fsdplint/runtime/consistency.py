@@ -32,7 +32,10 @@ def spec_lines(scan: ModelScan) -> list[str]:
         placements = ""
         if units._is_dtensor(p):
             placements = ",".join(str(pl) for pl in p.placements) + f"@{tuple(p.device_mesh.shape)}"
-        shape = tuple(getattr(p, "_unpadded_unsharded_size", None) or p.shape)
+        if r.kind == units.FSDP1 and not r.flat:
+            shape = "view"  # FSDP1 original params are views of this rank's shard: sizes differ by rank
+        else:
+            shape = tuple(getattr(p, "_unpadded_unsharded_size", None) or p.shape)
         lines.append(f"{r.fqn} {shape} {str(p.dtype).replace('torch.', '')} grad={int(p.requires_grad)} {placements}")
     return lines
 
@@ -59,8 +62,8 @@ def replica_sets(scan: ModelScan) -> list[ReplicaSet]:
     """
     sets: dict[tuple, ReplicaSet] = {}
     for r in scan.params:
-        if not r.trainable or r.flat:
-            continue
+        if not r.trainable or r.flat or r.kind == units.FSDP1:
+            continue  # FSDP1 data (flat params and their views) is sharded
         p = r.param
         if units._is_dtensor(p):
             rep = [i for i, pl in enumerate(p.placements) if pl.is_replicate()]

@@ -51,8 +51,7 @@ class ParamRecord:
 @dataclass
 class FSDP2Group:
     unit: str
-    orig_dtypes: dict  # fqn -> dtype of trainable params
-    fqns: list = field(default_factory=list)
+    orig_dtypes: dict = field(default_factory=dict)  # fqn -> original dtype, trainable params only
 
 
 @dataclass
@@ -61,14 +60,10 @@ class ModelScan:
     fsdp2_groups: list[FSDP2Group]
     has_fsdp1: bool
     has_fsdp2: bool
-    has_ddp: bool
 
     @property
     def wrapped(self) -> bool:
         return self.has_fsdp1 or self.has_fsdp2
-
-    def by_kind(self, *kinds: str) -> list[ParamRecord]:
-        return [r for r in self.params if r.kind in kinds]
 
 
 def _is_dtensor(t) -> bool:
@@ -163,7 +158,7 @@ def scan_model(model: nn.Module) -> ModelScan:
     replaced_slots: set[tuple[int, str]] = set()  # (id(module), param name) FSDP2 lost track of
     ignored_ids: set[int] = set()
     groups: list[FSDP2Group] = []
-    has_fsdp1 = has_fsdp2 = has_ddp = False
+    has_fsdp1 = has_fsdp2 = False
 
     fsdp2_state = _fsdp2_state_type()
     fsdp1 = _fsdp1_type()
@@ -176,24 +171,29 @@ def scan_model(model: nn.Module) -> ModelScan:
         if fsdp2_state is not None and isinstance(state, fsdp2_state):
             has_fsdp2 = True
             for pg in getattr(state, "_fsdp_param_groups", None) or []:
-                group = FSDP2Group(unit=unit, orig_dtypes={})
+                group = FSDP2Group(unit=unit)
                 for fp in pg.fsdp_params:
                     sharded = fp.sharded_param
                     info = fp._module_info
                     pname = f"{names.get(id(info.module), '?')}.{info.param_name}".lstrip(".")
-                    group.fqns.append(pname)
-                    if info.module._parameters.get(info.param_name) is not sharded:
+                    # Between forward and resharding the module holds another FSDP-owned tensor.
+                    own = [sharded] + [
+                        t
+                        for t in (getattr(fp, "_unsharded_param", None), getattr(fp, "_sharded_post_forward_param", None))
+                        if t is not None
+                    ]
+                    current = info.module._parameters.get(info.param_name)
+                    if not any(current is t for t in own):
                         replaced_slots.add((id(info.module), info.param_name))
-                    managed[id(sharded)] = (FSDP2, unit)
+                    for t in own:
+                        managed[id(t)] = (FSDP2, unit)
                     if sharded.requires_grad:
                         group.orig_dtypes[pname] = sharded.dtype  # the original dtype, before mixed precision
                 groups.append(group)
-        elif state is not None and type(state).__name__ == "_ReplicateState":
-            has_ddp = True  # DDP-based `replicate()`
+        elif state is not None and type(state).__name__ == "_ReplicateState":  # DDP-based replicate()
             for p in module.parameters():
                 managed.setdefault(id(p), (DDP, unit))
         if isinstance(module, ddp):
-            has_ddp = True
             for p in module.parameters():
                 managed.setdefault(id(p), (DDP, unit))
         if fsdp1 is not None and isinstance(module, fsdp1):
@@ -243,7 +243,7 @@ def scan_model(model: nn.Module) -> ModelScan:
                     flat=flat_type is not None and isinstance(p, flat_type),
                 )
             )
-    return ModelScan(records, groups, has_fsdp1, has_fsdp2, has_ddp)
+    return ModelScan(records, groups, has_fsdp1, has_fsdp2)
 
 
 def local_trainable_numel(record: ParamRecord) -> int:

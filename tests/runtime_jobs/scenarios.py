@@ -32,6 +32,14 @@ def correct():
     return model, opt, {"after": lambda: {"losses": tiny.train_steps(model, opt)}}
 
 
+def after_eval_forward():
+    # An eval forward leaves the root unsharded (reshard_after_forward=False): still managed.
+    model, opt, _ = correct()
+    with torch.no_grad():
+        model(input_ids=torch.zeros(1, 4, dtype=torch.long))
+    return model, opt, {}
+
+
 def lora_after_wrap():
     model = tiny.add_lora(tiny.shard(tiny.base_model()), seed=dist.get_rank())
     return model, torch.optim.AdamW(trainable(model)), {}
@@ -138,7 +146,7 @@ def replicated_adapter_synced():
 
 
 SCENARIOS = {f.__name__: f for f in [
-    correct, lora_after_wrap, forgot_root_unit, ignored_trainable, stale_optimizer, diverged_hsdp,
+    correct, after_eval_forward, lora_after_wrap, forgot_root_unit, ignored_trainable, stale_optimizer, diverged_hsdp,
     same_init_hsdp, diverged_before_wrap, different_rank_configs, mixed_dtype, qlora_fsdp2,
     empty_rank_shards, replicated_adapter_synced,
 ]}

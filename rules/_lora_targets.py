@@ -1,0 +1,115 @@
+"""Static part of FSDP113: LoRA `target_modules` names that no module of the architecture has."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from fsdplint.analysis import UNKNOWN
+from fsdplint.rules._module_names import ALL_NAMES, FAMILIES
+
+# Well-known hub ids → family; only unambiguous patterns (a wrong family would be a false positive).
+_MODEL_IDS = (
+    (r"mistralai/mixtral-", "mixtral"),
+    (r"mistralai/mistral-7b", "mistral"),
+    (r"meta-llama/(meta-)?llama-(2|3)", "llama"),
+    (r"qwen/qwen3-[\d.]+b(-base|-instruct)?$", "qwen3"),
+    (r"qwen/qwen2(\.5)?-[\d.]+b(-instruct)?$", "qwen2"),
+    (r"google/gemma-2-", "gemma2"),
+    (r"google/gemma-\d+b", "gemma"),
+    (r"(openai-community/)?gpt2(-medium|-large|-xl)?$", "gpt2"),
+    (r"eleutherai/pythia-", "gpt_neox"),
+    (r"openai/gpt-oss-", "gpt_oss"),
+    (r"microsoft/phi-2$", "phi"),
+    (r"microsoft/phi-3", "phi3"),
+    (r"(google/)?(flan-)?t5-", "t5"),
+    (r"(google-bert/)?bert-(base|large)-", "bert"),
+)
+_MODEL_TYPES = {"qwen3_moe": "qwen3_moe", "qwen2_moe": "qwen2_moe", "gemma3": "gemma3_text", "llama4": "llama4_text",
+                "phi4": "phi3", "mpt": "mpt", "roberta": "roberta"}
+_REGEX_CHARS = re.compile(r"[\\^$*+?()\[\]{}|]")
+
+
+def _family_from_config(ctx) -> tuple[Optional[str], str]:
+    cfg: Any = ctx.options.get("model_config") if hasattr(ctx, "options") else None
+    where = "the --model config"
+    if isinstance(cfg, (str, Path)):
+        where = str(cfg)
+        try:
+            cfg = json.loads(Path(cfg).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, where
+    if not isinstance(cfg, dict):
+        return None, where
+    mt = str(cfg.get("model_type", "")).lower()
+    fam = _MODEL_TYPES.get(mt, mt)
+    return (fam if fam in FAMILIES else None), where
+
+
+def _family_from_loads(a) -> tuple[Optional[str], Any]:
+    fams = set()
+    node = None
+    for call in a.calls("load_model"):
+        arg = call.arg(0, "pretrained_model_name_or_path")
+        v = a.value(arg, call.scope) if arg is not None else UNKNOWN
+        if not isinstance(v, str):
+            continue
+        for pat, fam in _MODEL_IDS:
+            if re.search(pat, v.lower()):
+                fams.add(fam)
+                node = v
+                break
+        else:
+            return None, None  # another model is loaded too
+    return (fams.pop(), node) if len(fams) == 1 else (None, None)
+
+
+def _targets(a, call) -> Optional[list[str]]:
+    expr = a.keyword(call, "target_modules")
+    if expr is None or expr is UNKNOWN:
+        return None
+    v = a.value(expr, call.scope)
+    if not isinstance(v, (list, tuple, set)) or not v or not all(isinstance(x, str) for x in v):
+        return None
+    return list(v)
+
+
+def check(rule, ctx) -> None:
+    a = ctx.analysis
+    configs = a.calls("LoraConfig")
+    if not configs:
+        return
+    family, where = _family_from_config(ctx)
+    if family is None:
+        family, model_id = _family_from_loads(a)
+        where = f'from_pretrained("{model_id}")' if family else ""
+    transformers_model = bool(a.calls("load_model"))
+    for call in configs:
+        targets = _targets(a, call)
+        if not targets:
+            continue
+        names = FAMILIES[family] if family else ALL_NAMES
+        missing = []
+        for t in targets:
+            leaf = t.rsplit(".", 1)[-1] if not t.rsplit(".", 1)[-1].isdigit() else t.split(".")[0]
+            if _REGEX_CHARS.search(t) or leaf in names:
+                continue
+            close = difflib.get_close_matches(leaf, sorted(names), n=2, cutoff=0.8)
+            if family is None and not (close and transformers_model):
+                continue  # unknown architecture: only a near-miss of a real name is reported
+            missing.append((t, close))
+        if not missing:
+            continue
+        node = call.kwarg("target_modules") or call.node
+        bad = ", ".join(repr(t) for t, _ in missing)
+        hints = sorted({c for _, cl in missing for c in cl})
+        arch = f"{family} ({where})" if family else "any known architecture"
+        effect = ("peft raises ValueError: Target modules ... not found in the base model"
+                  if len(missing) == len(targets) else "peft silently skips it and trains fewer adapters than configured")
+        msg = f"LoRA target {bad} matches no module of {arch}: {effect}."
+        if hints:
+            msg += f" Did you mean {', '.join(hints)}?"
+        ctx.report(node, msg)

@@ -1,0 +1,178 @@
+from fsdplint.analysis import QName
+from fsdplint.findings import Severity
+from fsdplint.rule import Invalid, Rule, Valid
+
+LABEL = {"wrap1": "FullyShardedDataParallel", "shard2": "fully_shard", "prepare": "accelerator.prepare (FSDP)"}
+ACCELERATE_FSDP2 = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_offload_params: true\n"
+DTYPES = {"float16", "half", "bfloat16", "float32", "float", "float64", "double"}
+
+
+class MoveAfterWrap(Rule):
+    code = "FSDP007"
+    name = "move-after-wrap"
+    severity = Severity.WARNING
+    sides = "S"
+    summary = "`.to()`/`.cuda()` on a model after FSDP wrapping."
+    message = (
+        "`.{method}()` moves the model after it was wrapped with {wrap} (line {line}): FSDP already placed the "
+        "shards (on the device of device_id / the mesh, or on CPU with offloading), and moving the wrapped model "
+        "leads to device-mismatch errors. Move the model before wrapping, or let FSDP place it (device_id= for "
+        "FSDP1, the mesh for fully_shard)."
+    )
+    doc = """
+    ## What it does
+    Finds `model.to(device)` / `model.cuda()` on a model that was already wrapped with
+    `FullyShardedDataParallel`, `fully_shard` (on the model or any of its layers), or prepared by accelerate
+    under an FSDP launch config.
+
+    ## Why is this bad?
+    FSDP owns parameter placement: FSDP1 moves each unit to `device_id` and keeps `FlatParameter` shards
+    there (on CPU with `CPUOffload`); FSDP2 moves the DTensor shards to the mesh's device (or keeps them on
+    CPU with `CPUOffloadPolicy`). Moving the wrapped module afterwards moves some tensors and not FSDP's
+    internal buffers, which ends in device-mismatch errors at the next forward, or silently undoes CPU
+    offloading.
+
+    ## Example
+    ```python
+    model = FSDP(model, cpu_offload=CPUOffload(offload_params=True))
+    model.to("cuda")
+    ```
+
+    ## Use instead
+    ```python
+    model = FSDP(model, device_id=torch.cuda.current_device())
+    ```
+
+    ## Fix safety
+    No automatic fix: where the model should live is a decision about memory.
+
+    ## Versions
+    All versions of torch.
+
+    ## References
+    - pytorch#157209, pytorch#149395
+    - https://pytorch.org/docs/stable/fsdp.html (`device_id`)
+    """
+    references = ("pytorch#157209", "pytorch#149395")
+
+    VALID = [
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = model.to(device)
+        model = FSDP(model, device_id=device)
+        """,
+        # Dtype casts and meta materialisation are not moves.
+        """
+        import torch
+        from torch.distributed.fsdp import fully_shard
+        with torch.device("meta"):
+            model = Transformer(args)
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        model.to_empty(device="cuda")
+        model.to(torch.bfloat16)
+        """,
+        # Batches are moved, not the model.
+        """
+        import torch.distributed.fsdp as f
+        f.fully_shard(model)
+        for batch in loader:
+            batch = batch.to(device)
+            loss = model(**batch).loss
+        """,
+        # Another object is moved after the model is wrapped.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        model = FullyShardedDataParallel(model, device_id=rank)
+        ref_model = ref_model.cuda()
+        """,
+        # accelerate without an FSDP config (DDP or single GPU): prepare does not shard.
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            model.to(accelerator.device)
+            """,
+            options={"accelerate_config": "distributed_type: MULTI_GPU\nnum_processes: 2\n"},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, CPUOffload
+            model = FSDP(model, cpu_offload=CPUOffload(offload_params=True))
+            model.to("cuda")
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+
+            def build(model, cfg, device):
+                model = add_lora(model, cfg)
+                for layer in model.base_model.model.model.layers:
+                    f.fully_shard(layer)
+                f.fully_shard(model)
+                model = model.to(device)
+                return model
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            def wrap(m):
+                return FullyShardedDataParallel(m, use_orig_params=True)
+
+            model = wrap(model)
+            model.cuda()
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            model.to(accelerator.device)
+            """,
+            options={"accelerate_config": ACCELERATE_FSDP2},
+            line=4,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        launch_fsdp = a.launch_fsdp_version is not None
+        kinds = ("wrap1", "shard2", "prepare") if launch_fsdp else ("wrap1", "shard2")
+        for t in a.timelines:
+            for mv in t.of("move"):
+                if mv.entity is None or (mv.ref and mv.ref.child) or _is_dtype_cast(a, mv.call):
+                    continue
+                wraps = t.before(mv, kinds)
+                if not wraps:
+                    continue
+                w = wraps[0]
+                msg = self.message.format(method=mv.data.get("method", "to"), wrap=LABEL[w.kind], line=ctx.line(w.node))
+                ctx.report(mv.node, msg)
+
+
+def _is_dtype_cast(a, call) -> bool:
+    """`.to(torch.bfloat16)` / `.to(dtype=...)`: changes the dtype, not the device."""
+    if call is None or call.method != "to":
+        return False
+    args = [x for x in call.node.args if not x.star]
+    if not args:
+        return True
+    if any(x.keyword is not None and x.keyword.value == "device" for x in args):
+        return False
+    first = args[0]
+    if first.keyword is not None:
+        return first.keyword.value == "dtype"
+    v = a.value(first.value, call.scope)
+    return isinstance(v, QName) and v.name.rsplit(".", 1)[-1] in DTYPES

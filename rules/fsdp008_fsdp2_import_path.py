@@ -1,0 +1,217 @@
+import re
+
+import libcst as cst
+
+from fsdplint.apis import FULLY_SHARD_PUBLIC_PATH_SINCE
+from fsdplint.findings import Severity
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule, Valid
+
+PUBLIC = "torch.distributed.fsdp"
+# The FSDP2 names that `torch.distributed.fsdp` only exports since torch 2.6 (FSDP1 names were always there).
+FSDP2_NAMES = {
+    "fully_shard", "FSDPModule", "MixedPrecisionPolicy", "OffloadPolicy", "CPUOffloadPolicy",
+    "register_fsdp_forward_method", "UnshardHandle",
+}
+# Packages that only exist since 2.6.
+NEW_PACKAGES = ("torch.distributed.fsdp._fully_shard",)
+_GUARD = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|hasattr|find_spec", re.I)
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"}
+
+
+class Fsdp2ImportPath(Rule):
+    code = "FSDP008"
+    name = "fsdp2-import-path"
+    severity = Severity.ERROR
+    sides = "S"
+    versions = {"torch": "<2.6"}
+    summary = (
+        "`fully_shard` imported from a path the target torch lacks (`torch.distributed.fsdp` needs >= 2.6; "
+        "`torch.distributed._composable.fsdp` for 2.4-2.5)"
+    )
+    message = (
+        "`{name}` is imported from `{module}`, which exports it only since torch 2.6; the target is {torch}, "
+        "where this raises ImportError. Import it from `torch.distributed._composable.fsdp` (works on 2.4 and "
+        "later), guard the import with try/except ImportError, or require torch>=2.6."
+    )
+    doc = """
+    ## What it does
+    Finds FSDP2 names (`fully_shard`, `FSDPModule`, `MixedPrecisionPolicy`, `OffloadPolicy`,
+    `register_fsdp_forward_method`, ...) imported from or called through `torch.distributed.fsdp` when the
+    project targets a torch release older than 2.6.
+
+    ## Why is this bad?
+    FSDP2 lived in `torch.distributed._composable.fsdp` until torch 2.6 made it public as
+    `torch.distributed.fsdp.fully_shard`. On torch 2.4 and 2.5 the public import fails with
+    `ImportError: cannot import name 'fully_shard' from 'torch.distributed.fsdp'`, on every rank, at start-up.
+
+    ## Example
+    ```python
+    # requirements.txt: torch==2.5.1
+    from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+    ```
+
+    ## Use instead
+    ```python
+    try:
+        from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard, MixedPrecisionPolicy
+    ```
+    `torch.distributed._composable.fsdp` still imports (the same objects) on current releases.
+
+    ## Fix safety
+    No automatic fix: whether to raise the torch floor or keep the old path is a project decision.
+
+    ## Versions
+    torch 2.4 and 2.5. The target version comes from the project (lock file, requirements, pyproject,
+    `[tool.fsdplint]`), or the installed torch; the message says which one was used.
+
+    ## References
+    - pytorch `torch/distributed/fsdp/__init__.py` (FSDP2 exports, torch 2.6)
+    - https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html
+    """
+    references = ()
+
+    VALID = [
+        Valid(
+            """
+            from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+            fully_shard(model, mp_policy=MixedPrecisionPolicy())
+            """,
+            target={"torch": "2.6"},
+        ),
+        """
+        from torch.distributed._composable.fsdp import fully_shard, MixedPrecisionPolicy
+        fully_shard(model)
+        """,
+        # FSDP1 names were always public.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision, ShardingStrategy
+        model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+        """,
+        """
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            from torch.distributed._composable.fsdp import fully_shard
+        fully_shard(model)
+        """,
+        """
+        import torch
+        from packaging import version
+        if version.parse(torch.__version__) >= version.parse("2.6"):
+            from torch.distributed.fsdp import fully_shard
+        else:
+            from torch.distributed._composable.fsdp import fully_shard
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+            fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as f
+
+            def shard(model):
+                for layer in model.layers:
+                    f.fully_shard(layer)
+                f.fully_shard(model)
+            """,
+            target={"torch": "2.5.1"},
+            line=5,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp import FSDPModule as Sharded
+            assert isinstance(model, Sharded)
+            """,
+            target={"torch": "2.5"},
+            line=1,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp._fully_shard import fully_shard
+            fully_shard(model)
+            """,
+            line=1,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        tv = ctx.version("torch")
+        if not tv < FULLY_SHARD_PUBLIC_PATH_SINCE:
+            return
+        finder = _Finder(ctx.analysis.resolver)
+        ctx.module.visit(finder)
+        for node, name, module in finder.found:
+            ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()))
+
+
+def _is_new_path(module: str, name: str) -> bool:
+    if module.startswith(NEW_PACKAGES):
+        return True
+    return module == PUBLIC and name in FSDP2_NAMES
+
+
+class _Finder(cst.CSTVisitor):
+    """FSDP2 imports and calls through the public path, outside try/except ImportError and version checks."""
+
+    def __init__(self, resolver) -> None:
+        self.resolver = resolver
+        self.found: list[tuple[cst.CSTNode, str, str]] = []
+        self.guarded = 0
+        self._seen_calls: set[str] = set()
+
+    def _text(self, node) -> str:
+        return cst.Module([]).code_for_node(node)
+
+    def visit_Try(self, node: cst.Try) -> None:
+        catches = set()
+        for h in node.handlers:
+            if h.type is None:
+                catches.add("Exception")
+            else:
+                catches.update(re.findall(r"\w+", self._text(h.type)))
+        self._try_guard = getattr(self, "_try_guard", [])
+        guarded = bool(catches & _IMPORT_ERRORS)
+        self._try_guard.append(guarded)
+        self.guarded += guarded
+
+    def leave_Try(self, node) -> None:
+        self.guarded -= self._try_guard.pop()
+
+    def visit_If(self, node: cst.If) -> None:
+        guarded = bool(_GUARD.search(self._text(node.test)))
+        self._if_guard = getattr(self, "_if_guard", [])
+        self._if_guard.append(guarded)
+        self.guarded += guarded
+
+    def leave_If(self, node) -> None:
+        self.guarded -= self._if_guard.pop()
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if self.guarded or node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted(node.module) or ""
+        names = [a.name.value if isinstance(a.name, cst.Name) else dotted(a.name) or "" for a in node.names]
+        hits = [n for n in names if _is_new_path(module, n)]
+        if hits:
+            self.found.append((node, "fully_shard" if "fully_shard" in hits else hits[0], module))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.guarded or not isinstance(node.func, cst.Attribute):
+            return
+        q = self.resolver.qualify(node.func)
+        if not q or "." not in q:
+            return
+        module, _, name = q.rpartition(".")
+        if _is_new_path(module, name) and q not in self._seen_calls:
+            self._seen_calls.add(q)  # one finding per name is enough
+            self.found.append((node, name, module))

@@ -1,0 +1,260 @@
+from fsdplint.findings import Applicability, Severity
+from fsdplint.fixes import Replace, remove_keyword, unsafe
+from fsdplint.resolve import dotted
+from fsdplint.rules._call_text import call_text
+from fsdplint.rule import Invalid, Rule, Valid
+
+# device_map values that spread one model over several devices (accelerate's big-model dispatch).
+DISPATCHING = {"auto", "balanced", "balanced_low_0", "sequential"}
+# What happens to a model that is trained under FSDP.
+TRAINED = ("wrap1", "shard2", "prepare", "lora")
+LOADERS = ("load_model", "PeftModel_from_pretrained")
+
+
+class DeviceMapWithFsdp(Rule):
+    code = "FSDP009"
+    name = "device-map-with-fsdp"
+    severity = Severity.ERROR
+    sides = "S"
+    fix = Applicability.UNSAFE
+    summary = "`from_pretrained(device_map=...)` in a script that uses FSDP."
+    message = (
+        "`from_pretrained(device_map={value!r})` dispatches the model over several devices, but this script "
+        "trains it with FSDP{via}: accelerate and the Trainer refuse it (\"You can't train a model that has been "
+        "loaded with `device_map='auto'` in any distributed mode\"), and FSDP needs whole modules to shard. "
+        "Drop device_map and let FSDP place the model (low_cpu_mem_usage / cpu_ram_efficient_loading keep host "
+        "memory down)."
+    )
+    doc = """
+    ## What it does
+    Finds `from_pretrained(..., device_map="auto")` (or `"balanced"`, `"sequential"`, or a dict that spreads
+    modules over several devices) for a model that the same script wraps with FSDP, prepares with an
+    FSDP accelerate config, hands to a Trainer configured with `fsdp=`, or turns into a LoRA model there.
+
+    ## Why is this bad?
+    `device_map="auto"` is big-model *inference* dispatch: layers are placed on different GPUs and moved
+    with hooks. FSDP wants the whole module on one device (or CPU/meta) so it can shard it across ranks.
+    accelerate's `prepare` raises `ValueError: You can't train a model that has been loaded with
+    device_map='auto' in any distributed mode.`; raw FSDP wrapping gets mixed-device modules.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, device_map="auto", torch_dtype=torch.bfloat16)
+    model = FSDP(model, auto_wrap_policy=policy)
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+    model = FSDP(model, auto_wrap_policy=policy, device_id=torch.cuda.current_device())
+    ```
+    A single-device map such as `device_map={"": local_rank}` is not flagged.
+
+    ## Fix safety
+    Unsafe: the fix removes `device_map=`. The model then loads on CPU (or where FSDP's loading settings put
+    it), which needs enough host memory and changes where the weights are first materialised.
+
+    ## Versions
+    All versions.
+
+    ## References
+    - transformers#31557, transformers#29587
+    - accelerate `accelerator.py` (`verify_device_map`)
+    """
+    references = ("transformers#31557", "transformers#29587")
+
+    VALID = [
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+        model = FSDP(model, device_id=torch.cuda.current_device())
+        """,
+        # One device per rank is not a dispatch.
+        """
+        import os
+        from transformers import AutoModelForCausalLM
+        from torch.distributed.fsdp import fully_shard
+        local_rank = int(os.environ["LOCAL_RANK"])
+        model = AutoModelForCausalLM.from_pretrained(name, device_map={"": local_rank})
+        fully_shard(model)
+        """,
+        # No FSDP: device_map="auto" for single-process inference is its purpose.
+        """
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(name, device_map="auto")
+        out = model.generate(**inputs)
+        """,
+        # One device per process under an FSDP config is not a dispatch.
+        Valid(
+            """
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            accelerator = Accelerator()
+            model = AutoModelForCausalLM.from_pretrained(name, device_map={"": accelerator.process_index})
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
+        # A separate inference model in a file that also trains with FSDP.
+        """
+        from transformers import AutoModelForCausalLM as AM
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        policy_model = FSDP(AM.from_pretrained(name))
+        judge = AM.from_pretrained(judge_name, device_map="auto")
+        """,
+        # Decided at run time.
+        """
+        from transformers import AutoModelForCausalLM
+        from torch.distributed.fsdp import fully_shard
+        model = AutoModelForCausalLM.from_pretrained(name, device_map=None if distributed else "auto")
+        fully_shard(model)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = AutoModelForCausalLM.from_pretrained(name, device_map="auto", torch_dtype=torch.bfloat16)
+            model = FSDP(model)
+            """,
+            line=4,
+            expected_fix="""
+            import torch
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+            model = FSDP(model)
+            """,
+        ),
+        Invalid(
+            """
+            import transformers as tf
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+
+            def load(name):
+                return tf.AutoModelForCausalLM.from_pretrained(name, device_map="balanced")
+
+            model = load(name)
+            model = add_lora(model, cfg)
+            f.fully_shard(model)
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+            model = AutoModelForCausalLM.from_pretrained(name, device_map={"model": 0, "lm_head": 1})
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            trainer = Trainer(model=model, args=args)
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            from peft import AutoPeftModelForCausalLM
+            from torch.distributed.fsdp import fully_shard
+            DEVICE_MAP = "auto"
+            model = AutoPeftModelForCausalLM.from_pretrained(path, device_map=DEVICE_MAP, is_trainable=True)
+            for layer in model.base_model.model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            accelerator = Accelerator()
+            model = AutoModelForCausalLM.from_pretrained(name, device_map="auto")
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+            line=4,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        via = _fsdp_source(a)
+        if via is None:
+            return
+        for t in a.timelines:
+            for ev in t.events:
+                call = ev.call
+                if call is None or call.api not in LOADERS:
+                    continue
+                arg = call.kwarg("device_map")
+                if arg is None:
+                    continue
+                value = a.value(arg.value, call.scope)
+                if not _dispatches(value):
+                    continue
+                if not _is_trained(a, t, ev):
+                    continue
+                text = call_text(ctx, call.node, remove_keyword(call.node, "device_map"))
+                fix = unsafe("Remove device_map", Replace(call.node, text)) if text else None
+                ctx.report(call.node, self.message.format(value=value, via=via), fix=fix)
+
+
+def _dispatches(value) -> bool:
+    if isinstance(value, str):
+        return value in DISPATCHING
+    if isinstance(value, dict):
+        return len(value) > 1 or any(k != "" for k in value)
+    return False
+
+
+def _fsdp_source(a):
+    """How this script uses FSDP (for the message), or None."""
+    if a.calls("FSDP1") or a.calls("fully_shard"):
+        return ""
+    launch = getattr(a, "launch", None)
+    if a.launch_fsdp_version is not None:
+        src = getattr(launch, "source", None)
+        return f" (launch config {src})" if src else " (TrainingArguments/FullyShardedDataParallelPlugin fsdp settings)"
+    return None
+
+
+def _is_trained(a, t, load) -> bool:
+    """The loaded model is wrapped, prepared, given LoRA, or handed to a Trainer in this script."""
+    keys = _load_keys(t, load)
+    if not keys:
+        # `return from_pretrained(...)` in a helper: the caller's target holds the model.
+        call = load.call
+        if call is not None and call.stmt is not None and _is_return_of(call):
+            return any(e.kind in TRAINED and e.entity is not None for e in t.events if e.seq > load.seq)
+        return False
+    entities = {t.find(k) for k in keys}
+    if any(e.kind in TRAINED and e.entity in entities for e in t.events):
+        return True
+    names = {k.rsplit(":", 1)[-1] for k in keys}
+    for trainer in a.calls("Trainer"):
+        m = trainer.arg(0, "model")
+        if m is not None and dotted(m) in names:
+            return True
+    return False
+
+
+def _load_keys(t, load) -> list[str]:
+    call = load.call
+    out = []
+    for tg in call.targets if call else []:
+        d = dotted(tg)
+        if d:
+            out.append(t.analysis._target_key(load.step, d))
+    return out
+
+
+def _is_return_of(call) -> bool:
+    import libcst as cst
+
+    node = call.stmt.node
+    return isinstance(node, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Return) and s.value is call.node for s in node.body
+    )

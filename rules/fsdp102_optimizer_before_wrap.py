@@ -1,0 +1,274 @@
+import re
+
+import libcst as cst
+
+from fsdplint.analysis import UNKNOWN
+from fsdplint.findings import Applicability, Severity
+from fsdplint.fixes import InsertLinesAfter, RemoveStatement, unsafe
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule
+
+
+class OptimizerBeforeWrap(Rule):
+    code = "FSDP102"
+    name = "optimizer-before-wrap"
+    severity = Severity.ERROR
+    sides = "SR"
+    fix = Applicability.UNSAFE
+    summary = "optimizer built from the model's params before FSDP1 wrapping (use_orig_params=False)"
+    doc = """
+    ## What it does
+    Finds an optimizer built from a model's parameters before the model is wrapped with
+    `FullyShardedDataParallel` (with `use_orig_params=False`, the default) or sharded with `fully_shard`,
+    and never rebuilt afterwards.
+
+    ## Why is this bad?
+    FSDP shards in place and replaces the parameters: FSDP1 flattens them into `FlatParameter`s, FSDP2
+    swaps every parameter for a new sharded `DTensor` parameter. An optimizer built earlier still holds the
+    old tensors: they never receive gradients, `optimizer.step()` updates nothing the model uses, and the
+    loss does not move. Nothing raises.
+
+    ## Example
+    ```python
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model = FSDP(model, auto_wrap_policy=policy)
+    ```
+
+    ## Use instead
+    ```python
+    model = FSDP(model, auto_wrap_policy=policy)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ```
+    With accelerate, pass both to one call: `model, optimizer = accelerator.prepare(model, optimizer)`
+    (accelerate rebinds the optimizer to the sharded parameters).
+
+    ## Fix safety
+    Unsafe: the fix moves the optimizer statement after the last wrap when both are statements of one
+    block. Code in between that used the optimizer (a scheduler, a checkpoint load) must move too.
+
+    ## Versions
+    All versions of torch.
+
+    ## References
+    - PyTorch FSDP docs (torch 2.0 fsdp.html): "the optimizer must be initialized after the module has been
+      wrapped with FSDP"
+    - accelerate docs usage_guides/fsdp.md; accelerate src accelerator.py
+    - princeton-nlp/LESS#4
+    """
+    references = ("https://pytorch.org/docs/2.0/fsdp.html", "princeton-nlp/LESS#4")
+
+    VALID = [
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, auto_wrap_policy=policy)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        """,
+        # One accelerator.prepare call rebinds the optimizer to the wrapped model's parameters.
+        """
+        import torch
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        """,
+        # Param groups rebound after fully_shard.
+        """
+        import torch.optim as optim
+        import torch.distributed.fsdp as f
+        optimizer = optim.AdamW(model.parameters(), lr=1e-4)
+        for layer in model.layers:
+            f.fully_shard(layer)
+        f.fully_shard(model)
+        optimizer.param_groups[0]["params"] = list(model.parameters())
+        """,
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model = FSDP(model, use_orig_params=True)
+        """,
+        # Rebuilt after wrapping: the first optimizer is never used.
+        """
+        import torch
+        from torch.distributed._composable.fsdp import fully_shard
+        optimizer = torch.optim.AdamW(model.parameters())
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters())
+        """,
+        # Another model's optimizer.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        d_opt = torch.optim.Adam(discriminator.parameters())
+        model = FSDP(model)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            model = FSDP(model, auto_wrap_policy=policy)
+            scheduler = get_scheduler(optimizer)
+            """,
+            line=3,
+            expected_fix="""
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            scheduler = get_scheduler(optimizer)
+            """,
+        ),
+        Invalid(
+            """
+            import bitsandbytes as bnb
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+
+            def main(model, cfg):
+                model = add_lora(model, cfg)
+                opt = bnb.optim.AdamW8bit([p for p in model.parameters() if p.requires_grad])
+                for layer in model.base_model.model.model.layers:
+                    f.fully_shard(layer)
+                f.fully_shard(model)
+                train(model, opt)
+            """,
+            line=7,
+            expected_fix="""
+            import bitsandbytes as bnb
+            import torch.distributed.fsdp as f
+            from peft import get_peft_model as add_lora
+
+            def main(model, cfg):
+                model = add_lora(model, cfg)
+                for layer in model.base_model.model.model.layers:
+                    f.fully_shard(layer)
+                f.fully_shard(model)
+                opt = bnb.optim.AdamW8bit([p for p in model.parameters() if p.requires_grad])
+                train(model, opt)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.optim import SGD
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            class Runner:
+                def build_optimizer(self):
+                    self.optimizer = SGD(self.model.parameters(), lr=0.1)
+
+                def setup(self):
+                    self.build_optimizer()
+                    self.model = FullyShardedDataParallel(self.model, use_orig_params=False)
+            """,
+            line=6,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        for t in a.timelines:
+            for opt in t.of("optimizer"):
+                if opt.entity is None:
+                    continue
+                if _prepared_together(t, opt):
+                    continue
+                wraps = [w for w in t.after(opt, ("wrap1", "shard2")) if _replaces_params(a, w)]
+                if not wraps or t.after(wraps[0], ("optimizer",)):
+                    continue
+                if wraps[0].kind == "shard2" and _param_groups_rebound(ctx, t, opt, wraps[-1]):
+                    continue
+                w = wraps[0]
+                if w.kind == "wrap1":
+                    what = ("FullyShardedDataParallel (line {line}) with use_orig_params=False replaces them with "
+                            "flattened FlatParameters")
+                else:
+                    what = "fully_shard (line {line}) replaces every one of them with a new sharded DTensor parameter"
+                ctx.report(
+                    opt.node,
+                    "The optimizer is built from the model's parameters before the model is wrapped: "
+                    + what.format(line=ctx.line(w.node))
+                    + ", so the optimizer steps stale tensors that never get gradients and the model does not "
+                    "train. Build the optimizer after wrapping, from the wrapped model's parameters.",
+                    fix=_move_fix(ctx, opt, [x for x in wraps if x.step.prefix == opt.step.prefix]),
+                )
+
+
+def _replaces_params(a, w) -> bool:
+    """fully_shard always does; FSDP1 unless `use_orig_params=True` (or we cannot tell)."""
+    if w.kind == "shard2":
+        return True
+    kws = a.keywords(w.call)
+    if kws is None:
+        return False
+    expr = kws.get("use_orig_params")
+    value = a.value(expr, w.call.scope) if expr is not None else False
+    return value is False and value is not UNKNOWN
+
+
+def _opt_names(opt) -> list[str]:
+    return [d for d in (dotted(tg) for tg in (opt.call.targets if opt.call else [])) if d]
+
+
+def _prepared_together(t, opt) -> bool:
+    """`model, optimizer = accelerator.prepare(model, optimizer)`: accelerate rebinds the optimizer."""
+    keys = {t.find(opt.step.key(n)) for n in _opt_names(opt)}
+    for p in t.after(opt, ("prepare",), entity=opt.entity):
+        if any(q.entity in keys for q in t.events if q.kind == "prepare" and q.step is p.step):
+            return True
+    return False
+
+
+def _param_groups_rebound(ctx, t, opt, last_wrap) -> bool:
+    """The code touches `optimizer.param_groups` / `add_param_group` after sharding."""
+    names = _opt_names(opt)
+    if not names:
+        return False
+    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in names) + r")\.(param_groups|add_param_group)\b")
+    start = ctx.line(last_wrap.node)
+    if any(pattern.search(line) for line in ctx.source.splitlines()[start:]):
+        return True
+    for step in t.steps[last_wrap.step.order + 1:]:
+        stmt = getattr(step.item, "stmt", None)
+        if stmt is not None and pattern.search(ctx.code(stmt.node)):
+            return True
+    return False
+
+
+def _move_fix(ctx, opt, wraps):
+    """Move `opt = Optimizer(...)` after the statement holding the last wrap, when both sit in one block."""
+    oc = opt.call
+    if oc is None or oc.stmt is None or not wraps or not isinstance(oc.stmt.node, cst.SimpleStatementLine):
+        return None
+    if len(oc.stmt.node.body) != 1 or not _opt_names(opt):
+        return None
+    body = list(getattr(oc.stmt.block, "body", ()))
+    target = max((i for i, st in enumerate(body) for w in wraps if _contains(st, w.node)), default=None)
+    if target is None or target <= oc.stmt.index:
+        return None
+    # FSDP1 must rebind the name the optimizer reads its parameters from (`model = FSDP(model)`).
+    params_root = opt.ref.key.rsplit(":", 1)[-1] if opt.ref else None
+    for w in wraps:
+        if w.kind == "wrap1" and params_root not in [dotted(tg) for tg in w.call.targets]:
+            return None
+    between = "\n".join(ctx.code(st) for st in body[oc.stmt.index + 1: target + 1])
+    if any(re.search(rf"\b{re.escape(n)}\b", between) for n in _opt_names(opt)):
+        return None
+    return unsafe("Build the optimizer after wrapping", RemoveStatement(oc.stmt.node),
+                  InsertLinesAfter(body[target], ctx.code(oc.stmt.node).strip()))
+
+
+def _contains(tree, node) -> bool:
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, n):
+            if n is node:
+                found.append(n)
+            return not found
+
+    tree.visit(_Find())
+    return bool(found)

@@ -1,0 +1,175 @@
+from fsdplint.analysis import UNKNOWN
+from fsdplint.findings import Applicability, Severity
+from fsdplint.fixes import RemoveStatement, Replace, unsafe
+from fsdplint.rule import Invalid, Rule, Valid
+
+YAML_FSDP1 = """\
+distributed_type: FSDP
+fsdp_config:
+  fsdp_version: 1
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_use_orig_params: false
+num_processes: 8
+"""
+
+
+class KbitPrepUnderFsdp(Rule):
+    code = "FSDP104"
+    name = "kbit-prep-under-fsdp"
+    severity = Severity.ERROR
+    summary = "`prepare_model_for_kbit_training` under FSDP (fp32 upcast breaks uniform dtype, wastes memory)."
+    sides = "S"
+    fix = Applicability.UNSAFE
+    doc = """
+    ## What it does
+    Finds peft's `prepare_model_for_kbit_training(model)` in a script that wraps the model with FSDP1
+    (`FullyShardedDataParallel`, an accelerate FSDP config, `TrainingArguments(fsdp=...)`). A call inside
+    an `if` whose condition mentions FSDP (e.g. `if not use_fsdp:`) is taken as deliberate and skipped.
+
+    ## Why is this bad?
+    The function freezes the model, casts every fp16/bf16 parameter that is not a `Params4bit` (norms,
+    embeddings, `lm_head`) to fp32, and enables gradient checkpointing. FSDP1 flattens each unit into
+    one flat parameter of a single dtype, so the mixed fp32/bf16 unit fails with `ValueError: Must flatten
+    tensors with uniform dtype but got torch.bfloat16 and torch.float32`; where it does not fail, the fp32
+    copies cost memory on every rank.
+
+    ## Example
+    ```python
+    model = prepare_model_for_kbit_training(model)
+    model = get_peft_model(model, lora_config)
+    model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model))
+    ```
+
+    ## Use instead
+    ```python
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = get_peft_model(model, lora_config)  # freezes the base model itself
+    model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model))
+    ```
+
+    ## Fix safety
+    Unsafe: the fix replaces `model = prepare_model_for_kbit_training(model, ...)` by
+    `model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})` (or
+    removes it when `use_gradient_checkpointing=False`). The base model is then frozen by `get_peft_model`,
+    not here, and no parameter is upcast to fp32 — check that nothing in between relies on either.
+
+    ## Versions
+    All peft versions.
+
+    ## References
+    - peft src other.py (`prepare_model_for_kbit_training`)
+    - trl#4457, #6343; bnb#1569
+    """
+    references = ("trl#4457", "trl#6343", "bnb#1569")
+
+    VALID = [
+        # Single-GPU QLoRA: no FSDP.
+        """
+        from peft import prepare_model_for_kbit_training, get_peft_model
+        model = prepare_model_for_kbit_training(model)
+        model = get_peft_model(model, cfg)
+        """,
+        # Under FSDP without the helper.
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = get_peft_model(model, cfg)
+        model = FSDP(model, use_orig_params=False)
+        """,
+        # Skipped on purpose when FSDP is on (trl/axolotl style).
+        """
+        from peft import prepare_model_for_kbit_training
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if not args.use_fsdp:
+            model = prepare_model_for_kbit_training(model)
+        else:
+            model = FSDP(model)
+        """,
+        Valid(
+            """
+            from peft import get_peft_model
+            model = get_peft_model(model, cfg)
+            """,
+            options={"accelerate_config": YAML_FSDP1},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from peft import prepare_model_for_kbit_training, get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = prepare_model_for_kbit_training(model)
+            model = get_peft_model(model, cfg)
+            model = FSDP(model, use_orig_params=False)
+            """,
+            line=3,
+            expected_fix="""
+            from peft import prepare_model_for_kbit_training, get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model = get_peft_model(model, cfg)
+            model = FSDP(model, use_orig_params=False)
+            """,
+        ),
+        Invalid(
+            """
+            import peft
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+            model = peft.get_peft_model(model, cfg)
+            model = accelerator.prepare(model)
+            """,
+            line=4,
+            options={"accelerate_config": YAML_FSDP1},
+        ),
+        Invalid(
+            """
+            from peft.utils.other import prepare_model_for_kbit_training as prep
+            from transformers import TrainingArguments
+            model = prep(model)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            """,
+            line=3,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        if not (a.uses_fsdp1 or (a.uses_fsdp and not a.uses_fsdp2)):
+            return
+        for call in a.calls("prepare_model_for_kbit_training"):
+            if any("fsdp" in a.code(getattr(g.node, "test", g.node)).lower() for g in call.guards):
+                continue
+            ctx.report(
+                call.node,
+                "prepare_model_for_kbit_training casts the fp16/bf16 non-quantized parameters (norms, embeddings, "
+                "lm_head) to fp32, so an FSDP unit mixes dtypes (ValueError: Must flatten tensors with uniform "
+                "dtype) or wastes memory on every rank. Under FSDP skip it: let get_peft_model freeze the base and "
+                'call model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}).',
+                fix=_fix(ctx, a, call),
+            )
+
+
+def _fix(ctx, a, call):
+    stmt = call.stmt
+    if stmt is None or len(call.targets) != 1 or call.star_kwargs():
+        return None
+    model = call.arg(0, "model")
+    if model is None or ctx.code(model) != ctx.code(call.targets[0]):
+        return None
+    if not (len(stmt.node.body) == 1 and stmt.node.body[0].value is call.node):
+        return None
+    gc = call.kw("use_gradient_checkpointing")
+    v = a.value(gc, call.scope) if gc is not None else True
+    if v is UNKNOWN:
+        return None
+    if v is False:
+        body = getattr(stmt.block, "body", ())
+        if len(body) > 1:
+            return unsafe("Drop prepare_model_for_kbit_training under FSDP", RemoveStatement(stmt.node))
+        text = "pass"
+    else:
+        text = f'{ctx.code(model)}.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{"use_reentrant": False}})'
+    return unsafe("Drop prepare_model_for_kbit_training under FSDP", Replace(stmt.node.body[0], text))

@@ -1,0 +1,231 @@
+from fsdplint.findings import Applicability, Severity
+from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._checkpointing import NON_REENTRANT_DEFAULT_SINCE, hf_checkpointing
+
+
+class ReentrantCheckpointingFrozenBase(Rule):
+    code = "FSDP105"
+    name = "reentrant-checkpointing-frozen-base"
+    severity = Severity.ERROR
+    summary = (
+        "Gradient checkpointing with a frozen base and reentrant checkpointing, without "
+        "enable_input_require_grads."
+    )
+    sides = "S"
+    fix = Applicability.SAFE
+    versions = {"transformers": "<5.0"}
+    doc = """
+    ## What it does
+    Finds Hugging Face gradient checkpointing (`model.gradient_checkpointing_enable()` or
+    `TrainingArguments(gradient_checkpointing=True)`) in a LoRA script when the checkpointing is
+    reentrant (`use_reentrant=True`, or the transformers default before v5) and nothing makes the
+    layer inputs require grad (`model.enable_input_require_grads()`).
+
+    ## Why is this bad?
+    Reentrant `torch.utils.checkpoint` only builds a graph through a checkpointed block when one of its
+    *inputs* requires grad. With a frozen base model the hidden states entering each decoder layer do
+    not, so backward fails with `RuntimeError: element 0 of tensors does not require grad and does not
+    have a grad_fn`, or the LoRA weights inside the checkpointed layers silently get no gradient.
+
+    peft calls `enable_input_require_grads()` itself in `get_peft_model` when checkpointing was enabled
+    *before* it on an unquantized model, and in `prepare_model_for_kbit_training`; transformers does it
+    when the adapter was added with `model.add_adapter`; trl's trainers do it for PEFT models. Those
+    cases are not reported.
+
+    ## Example
+    ```python
+    model = get_peft_model(model, lora_config)
+    model.gradient_checkpointing_enable()
+    ```
+
+    ## Use instead
+    ```python
+    model = get_peft_model(model, lora_config)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ```
+
+    ## Fix safety
+    Safe: non-reentrant checkpointing recomputes the same forward and gives the same gradients; it only
+    lifts the requirement that an input needs grad (and is the variant PyTorch recommends).
+
+    ## Versions
+    transformers 4.35-4.57 default to `use_reentrant=True` (transformers#28538) and enable input grads
+    only for adapters added with `add_adapter`. transformers 5.0 switched to `use_reentrant=False`
+    (transformers#43203) and enables input grads for every text model when checkpointing is turned on,
+    so only scripts that target transformers < 5.0 are checked (checked in the 4.57.1 and 5.0.0 sources).
+
+    ## References
+    - transformers#23170, #21381, #26221, #28538, #43203
+    - peft#1142; trl#3089
+    """
+    references = ("transformers#23170", "transformers#21381", "transformers#26221", "peft#1142", "trl#3089")
+
+    VALID = [
+        # Non-reentrant checkpointing needs no grad-requiring input.
+        """
+        from peft import get_peft_model
+        model = get_peft_model(model, lora_config)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        """,
+        # The input-grad hook.
+        """
+        from peft import get_peft_model as add_lora
+        model = add_lora(model, lora_config)
+        model.enable_input_require_grads()
+        model.gradient_checkpointing_enable()
+        """,
+        # Checkpointing enabled before get_peft_model: peft enables input grads itself.
+        """
+        from peft import get_peft_model
+        model.gradient_checkpointing_enable()
+        model = get_peft_model(model, lora_config)
+        """,
+        # prepare_model_for_kbit_training enables input grads for reentrant checkpointing.
+        """
+        from peft import get_peft_model, prepare_model_for_kbit_training
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+        model = get_peft_model(model, lora_config)
+        """,
+        # trl's SFTTrainer prepares the PEFT model itself.
+        """
+        from trl import SFTConfig, SFTTrainer
+        from peft import LoraConfig
+        args = SFTConfig(output_dir="out", gradient_checkpointing=True)
+        trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16))
+        """,
+        # No LoRA: the base is trainable, so its inputs to each layer require grad.
+        """
+        from transformers import TrainingArguments
+        args = TrainingArguments(output_dir="out", gradient_checkpointing=True)
+        """,
+        # transformers 5 defaults to non-reentrant checkpointing.
+        Valid(
+            """
+            from peft import get_peft_model
+            model = get_peft_model(model, lora_config)
+            model.gradient_checkpointing_enable()
+            """,
+            target={"transformers": "5.2"},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from peft import get_peft_model
+            model = get_peft_model(model, lora_config)
+            model.gradient_checkpointing_enable()
+            """,
+            line=3,
+            expected_fix="""
+            from peft import get_peft_model
+            model = get_peft_model(model, lora_config)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            """,
+        ),
+        Invalid(
+            """
+            import peft
+            model = peft.get_peft_model(model, cfg)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+            """,
+            line=3,
+            target={"transformers": "4.50"},
+            expected_fix="""
+            import peft
+            model = peft.get_peft_model(model, cfg)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            """,
+        ),
+        Invalid(
+            """
+            from transformers import Trainer, TrainingArguments as TA
+            from peft import LoraConfig, get_peft_model as add_lora
+            model = add_lora(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+            args = TA(
+                output_dir="out",
+                gradient_checkpointing=True,
+                bf16=True,
+            )
+            trainer = Trainer(model=model, args=args, train_dataset=ds)
+            """,
+            line=6,
+            expected_fix="""
+            from transformers import Trainer, TrainingArguments as TA
+            from peft import LoraConfig, get_peft_model as add_lora
+            model = add_lora(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+            args = TA(
+                output_dir="out",
+                gradient_checkpointing=True,
+                bf16=True,
+                gradient_checkpointing_kwargs={"use_reentrant": False},
+            )
+            trainer = Trainer(model=model, args=args, train_dataset=ds)
+            """,
+        ),
+        Invalid(
+            """
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def build(model, cfg):
+                model = get_peft_model(model, cfg)
+                model.gradient_checkpointing_enable()
+                return FSDP(model, use_orig_params=True)
+            """,
+            line=6,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        if not a.uses_peft or a.calls("prepare_model_for_kbit_training"):
+            return
+        if ctx.version("transformers") >= NON_REENTRANT_DEFAULT_SINCE:
+            return  # v5 checkpoints non-reentrantly by default and enables input grads for text models itself
+        if a.method_calls("enable_input_require_grads") or _input_grad_hook(a):
+            return
+        lora_calls = a.calls("get_peft_model", "inject_adapter_in_model", "PeftModel_from_pretrained", "LoraConfig")
+        if not lora_calls and a.method_calls("add_adapter"):
+            return  # transformers' PEFT integration enables input grads with checkpointing
+        quantized = _quantized(a)
+        for site in hf_checkpointing(a):
+            if site.trl:
+                continue
+            if not site.via_args and not quantized and _lora_after(a, site):
+                continue  # get_peft_model on a checkpointing model calls enable_input_require_grads
+            reentrant, why = site.reentrant(ctx)
+            if not reentrant:
+                continue
+            ctx.report(
+                site.node,
+                f"Gradient checkpointing is reentrant here ({why}) and the LoRA base model is frozen, so the "
+                "inputs of each checkpointed layer do not require grad: backward raises 'element 0 of tensors does "
+                "not require grad' or the adapters get no gradient. Pass "
+                'gradient_checkpointing_kwargs={"use_reentrant": False} (or call model.enable_input_require_grads()).',
+                fix=site.fix(),
+            )
+
+
+def _input_grad_hook(a) -> bool:
+    """A hand-written `get_input_embeddings().register_forward_hook(make_inputs_require_grad)`."""
+    for c in a.method_calls("register_forward_hook"):
+        if "require" in a.code(c.node).lower():
+            return True
+    return False
+
+
+def _quantized(a) -> bool:
+    for c in a.calls("BitsAndBytesConfig", "load_model"):
+        for kw in ("load_in_4bit", "load_in_8bit", "quantization_config"):
+            if c.kw(kw) is not None:
+                return True
+    return False
+
+
+def _lora_after(a, site) -> bool:
+    """get_peft_model applied to the model after this checkpointing call, in the same timeline."""
+    for t in a.timelines:
+        for ev in t.events:
+            if ev.call is site.call and ev.kind == "gc_enable":
+                return bool(t.after(ev, ("lora",)))
+    return False

@@ -1,0 +1,132 @@
+from fsdplint.analysis import UNKNOWN
+from fsdplint.findings import Severity
+from fsdplint.rule import Invalid, Rule, Valid
+
+YAML_FSDP = """\
+distributed_type: FSDP
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+num_processes: 4
+"""
+
+
+class EightBitWithFsdp(Rule):
+    code = "FSDP203"
+    name = "8bit-with-fsdp"
+    severity = Severity.ERROR
+    summary = "bitsandbytes 8-bit loading under FSDP (int8 params cannot be flattened)."
+    sides = "S"
+    doc = """
+    ## What it does
+    Finds `load_in_8bit=True` (in `BitsAndBytesConfig` or passed to `from_pretrained`) in a script that
+    shards the model with FSDP (`FullyShardedDataParallel`, `fully_shard`, an accelerate FSDP config or
+    `TrainingArguments(fsdp=...)`).
+
+    ## Why is this bad?
+    bitsandbytes stores 8-bit weights as `Int8Params` with an int8 dtype and has no float storage option
+    (unlike 4-bit's `bnb_4bit_quant_storage`). FSDP1 cannot put int8 tensors into a flat parameter next to
+    the bf16/fp16 ones: `ValueError: Must flatten tensors with uniform dtype but got torch.float16 and
+    torch.int8` (or `Cannot flatten integer dtype tensors`); FSDP2 turns them into plain DTensors and
+    drops the quantization state.
+
+    ## Example
+    ```python
+    bnb = BitsAndBytesConfig(load_in_8bit=True)
+    model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb)
+    model = FSDP(model)
+    ```
+
+    ## Use instead
+    ```python
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+    ```
+    or train the 8-bit model with DDP.
+
+    ## Fix safety
+    No automatic fix: switching to 4-bit changes the model's precision; switching to DDP changes memory.
+
+    ## Versions
+    All bitsandbytes versions.
+
+    ## References
+    - bnb#1709; peft docs accelerate/fsdp.md (caveats)
+    """
+    references = ("bnb#1709",)
+
+    VALID = [
+        # 8-bit without FSDP (single GPU / DDP).
+        """
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        model = AutoModelForCausalLM.from_pretrained(name, quantization_config=BitsAndBytesConfig(load_in_8bit=True))
+        """,
+        # 4-bit with a float storage under FSDP.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb, dtype=torch.bfloat16)
+        model = FSDP(model)
+        """,
+        # Explicitly off.
+        Valid(
+            """
+            from transformers import BitsAndBytesConfig
+            bnb = BitsAndBytesConfig(load_in_8bit=False, load_in_4bit=False)
+            """,
+            options={"accelerate_config": YAML_FSDP},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            bnb = BitsAndBytesConfig(load_in_8bit=True)
+            model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb)
+            model = FSDP(model)
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import transformers as tf
+            model = tf.AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True)
+            args = tf.TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            from transformers import BitsAndBytesConfig as BnB
+            quant = dict(load_in_8bit=True)
+            bnb = BnB(**quant)
+            """,
+            line=3,
+            options={"accelerate_config": YAML_FSDP},
+        ),
+        Invalid(
+            """
+            from transformers import BitsAndBytesConfig
+            from torch.distributed.fsdp import fully_shard
+            bnb = BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=6.0)
+            fully_shard(model)
+            """,
+            line=3,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        if not a.uses_fsdp:
+            return
+        for call in a.calls("BitsAndBytesConfig", "load_model"):
+            expr = a.keyword(call, "load_in_8bit")
+            if expr is None or expr is UNKNOWN or a.value(expr, call.scope) is not True:
+                continue
+            ctx.report(
+                call.kwarg("load_in_8bit") or call.node,
+                "The model is loaded in 8-bit under FSDP: bitsandbytes' int8 weights cannot be flattened or sharded "
+                "with the float parameters (ValueError: Must flatten tensors with uniform dtype ... torch.int8). Use "
+                "4-bit with bnb_4bit_quant_storage equal to the model dtype, or DDP.",
+            )

@@ -1,0 +1,267 @@
+from fsdplint.analysis import UNKNOWN
+from fsdplint.findings import Severity
+from fsdplint.rule import Invalid, Rule, Valid
+
+_ACCELERATE = {"accelerator.get_state_dict", "accelerator.save_state", "accelerator.save_model"}
+
+
+class CollectiveInRankGuard(Rule):
+    code = "FSDP401"
+    name = "collective-in-rank-guard"
+    severity = Severity.ERROR
+    sides = "S"
+    summary = (
+        "state_dict gathering (`state_dict()`, `get_peft_model_state_dict`, `save_state`, FSDP1 FULL_STATE_DICT) "
+        "called on rank 0 only: hangs"
+    )
+    versions = {"torch": ">=2.0"}
+    doc = """
+    ## What it does
+    Finds state-dict gathering on a sharded model inside a rank guard (`if rank == 0:`,
+    `if dist.get_rank() == 0:`, `if accelerator.is_main_process:`, `if trainer.is_world_process_zero():`,
+    `@rank_zero_only`): `model.state_dict()`, `get_peft_model_state_dict(model)` and `save_pretrained()`
+    without `state_dict=` on an FSDP1 model; `get_model_state_dict(..., full_state_dict=True)`;
+    `accelerator.get_state_dict` / `save_state` / `save_model` and `trainer.save_model()` under an FSDP launch.
+
+    ## Why is this bad?
+    Gathering a sharded state dict is a collective: every rank must take part in the all-gathers. When
+    only rank 0 calls it, rank 0 waits forever for the others, and the job dies with an NCCL timeout
+    (or hangs) at the first checkpoint, often hours into training.
+
+    ## Example
+    ```python
+    if dist.get_rank() == 0:
+        model.save_pretrained(output_dir)  # FSDP1 model: state_dict() all-gathers
+    ```
+
+    ## Use instead
+    ```python
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
+                              FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
+        sd = model.state_dict()                  # all ranks gather
+    if dist.get_rank() == 0:
+        model.save_pretrained(output_dir, state_dict=sd)  # rank 0 writes
+    ```
+    With accelerate: `state_dict = accelerator.get_state_dict(model)` on every rank, then
+    `unwrapped.save_pretrained(out, is_main_process=accelerator.is_main_process, state_dict=state_dict)`.
+
+    ## Fix safety
+    No automatic fix: the gather has to move out of the guard and its result has to reach the save.
+
+    ## Versions
+    All torch versions with FSDP; torch >= 2.3 for `torch.distributed.checkpoint.state_dict`.
+
+    ## References
+    - pytorch#122903, pytorch#143536; accelerate#2000
+    - accelerate docs (usage_guides/fsdp.md: saving); peft docs accelerate/fsdp.md
+    """
+    references = ("pytorch#122903", "pytorch#143536", "accelerate#2000")
+
+    VALID = [
+        # All ranks gather, rank 0 writes.
+        """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+        model = FSDP(model, auto_wrap_policy=policy)
+        cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, cfg):
+            sd = model.state_dict()
+        if dist.get_rank() == 0:
+            model.save_pretrained("out", state_dict=sd)
+        """,
+        # is_main_process= instead of a guard: every rank runs save_pretrained.
+        """
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model, opt = accelerator.prepare(model, opt)
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.save_pretrained(
+            "out",
+            is_main_process=accelerator.is_main_process,
+            save_function=accelerator.save,
+            state_dict=accelerator.get_state_dict(model),
+        )
+        """,
+        # Not sharded: a rank-0 save of a plain (or DDP) model is the usual pattern.
+        """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model)
+        if rank == 0:
+            torch.save(model.module.state_dict(), "model.pt")
+            model.module.save_pretrained("out")
+        """,
+        # FSDP2 state_dict() is local: no collective (FSDP402 checks what is saved).
+        """
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if dist.get_rank() == 0:
+            torch.save(sd, "model.pt")
+        """,
+        # accelerate without FSDP: get_state_dict gathers nothing.
+        """
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model = accelerator.prepare(model)
+        if accelerator.is_main_process:
+            accelerator.save_model(model, "out")
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
+            if dist.get_rank() == 0:
+                model.save_pretrained("out")
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as fsdp
+            from peft import get_peft_model_state_dict as lora_sd
+
+            def save(model, path):
+                sd = lora_sd(model)
+                torch.save(sd, path)
+
+            def main(rank):
+                model = fsdp.FullyShardedDataParallel(model, auto_wrap_policy=policy)
+                if rank == 0:
+                    save(model, "adapter.pt")
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            if dist.get_rank() == 0:
+                sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+            """,
+            line=8,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            if accelerator.is_main_process:
+                accelerator.save_state("ckpt")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
+            line=5,
+        ),
+        Invalid(
+            """
+            from transformers import Trainer, TrainingArguments
+            args = TrainingArguments("out", fsdp="full_shard auto_wrap")
+            trainer = Trainer(model=model, args=args)
+            trainer.train()
+            if trainer.is_world_process_zero():
+                trainer.save_model()
+            """,
+            line=6,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        launch = getattr(a, "launch_fsdp_version", None)
+        for t in a.timelines:
+            for ev in t.events:
+                if ev.kind not in ("state_dict", "save"):
+                    continue
+                guard = a.rank_guard(ev.step)
+                if guard is None:
+                    continue
+                what = _collective(a, t, ev, launch)
+                if what is None:
+                    continue
+                ctx.report(
+                    ev.node,
+                    f"{what} is a collective on a sharded model (every rank must join its gathers), but it runs only "
+                    f"on some ranks (guard at line {ctx.line(guard)}): rank 0 waits for the others forever and the "
+                    "job hangs until the NCCL timeout. Gather on all ranks outside the guard, then let rank 0 "
+                    "write (pass the gathered dict as save_pretrained(..., state_dict=sd)).",
+                )
+
+
+def _collective(a, t, ev, launch):
+    """A label for the gathering call if it is a collective here, else None."""
+    call = ev.call
+    if call is None:
+        return None
+    api = ev.data.get("api")
+    if api in _ACCELERATE or api == "trainer.save_model":
+        return f"{api}()" if launch is not None else None
+    if ev.kind == "save" and a.keyword(call, "state_dict") is not None:
+        return None  # saves a dict gathered elsewhere
+    state = t.wrap_state(ev.entity, ev.seq) if ev.entity else None
+    if api == "get_model_state_dict":
+        if state == "fsdp1":
+            return "get_model_state_dict()"
+        opts = a.keyword(call, "options")
+        if opts is None or opts is UNKNOWN:
+            return None
+        built = _options_call(a, opts, call)
+        if built is not None and a.value(a.keyword(built, "full_state_dict") or None, call.scope) is True:
+            return "get_model_state_dict(full_state_dict=True)"
+        return None
+    label = {"save": "save_pretrained()", "state_dict": "state_dict()"}[ev.kind]
+    if api == "get_peft_model_state_dict":
+        label = "get_peft_model_state_dict()"
+    if state == "fsdp1":
+        if ev.kind == "save" and not _auto_wrapped(a, t, ev):
+            return None  # without nested units the inner module's state_dict() gathers nothing
+        return label
+    if state is None and launch == 1 and _launch_wrapped(a, t, ev):
+        return label
+    return None
+
+
+def _options_call(a, expr, call):
+    import libcst as cst
+
+    from fsdplint.resolve import dotted
+
+    for _ in range(4):
+        if isinstance(expr, cst.Call):
+            return next((c for c in a.c.calls if c.node is expr), None)
+        d = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+        expr = a.binding(d, call.scope) if d else None
+    return None
+
+
+def _auto_wrapped(a, t, ev) -> bool:
+    """Was the FSDP1 wrap given an auto-wrap policy (nested units), or can we not tell?"""
+    for w in t.before(ev, ("wrap1",)):
+        c = w.call
+        if c is None or w.ref is None or w.ref.child:
+            continue
+        if a.keyword(c, "auto_wrap_policy") is not None:
+            return True
+        if c.star_kwargs():
+            return True
+    return not any(w.ref is not None and not w.ref.child for w in t.before(ev, ("wrap1",)))
+
+
+def _launch_wrapped(a, t, ev) -> bool:
+    """Did accelerate or the Trainer wrap this model (FSDP from the launch config)?"""
+    if t.before(ev, ("prepare",)):
+        return True
+    ref = ev.ref
+    if ref is not None and ref.key.split(":")[-1].startswith("trainer."):
+        return True
+    return bool(a.calls("Trainer")) and t.is_model(ev.entity)

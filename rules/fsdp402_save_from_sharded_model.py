@@ -1,0 +1,229 @@
+from fsdplint.findings import Severity
+from fsdplint.rule import Invalid, Rule, Valid
+
+
+class SaveFromShardedModel(Rule):
+    code = "FSDP402"
+    name = "save-from-sharded-model"
+    severity = Severity.ERROR
+    sides = "S"
+    summary = (
+        "adapter/model saved from a sharded model without a full-state-dict gather (unwrapped "
+        "`.module.save_pretrained`, `torch.save(model.state_dict())` under FSDP2): saves one shard"
+    )
+    versions = {"torch": ">=2.4"}
+    doc = """
+    ## What it does
+    Finds checkpoints written straight from a sharded model: `torch.save(model.state_dict())` or
+    `torch.save(get_peft_model_state_dict(model))` after `fully_shard`, `save_pretrained()` without
+    `state_dict=` on an FSDP2 model, on an FSDP1 model wrapped without an auto-wrap policy (outside a
+    `FULL_STATE_DICT` context), and on `accelerator.unwrap_model(model)` when accelerate shards with FSDP2
+    or with `fsdp_state_dict_type: SHARDED_STATE_DICT`.
+
+    ## Why is this bad?
+    A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
+    views). Saving them directly writes one rank's shard — or an empty/garbage tensor — not the adapter.
+    The file loads without error later and the model silently behaves as if it had not been trained.
+
+    ## Example
+    ```python
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    ...
+    torch.save(model.state_dict(), "model.pt")
+    ```
+
+    ## Use instead
+    ```python
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        torch.save(sd, "model.pt")
+    ```
+    FSDP1: `with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(...))`.
+    accelerate: `save_pretrained(out, state_dict=accelerator.get_state_dict(model))`.
+
+    ## Fix safety
+    No automatic fix: the gather must run on every rank, and only rank 0 should write.
+
+    ## Versions
+    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3.
+
+    ## References
+    - pytorch#122903, pytorch#143536; accelerate#2000, accelerate#4206
+    - torchtitan docs/fsdp.md; AReaL#1000; axolotl#3772
+    """
+    references = ("pytorch#122903", "pytorch#143536", "accelerate#2000", "accelerate#4206")
+
+    VALID = [
+        """
+        import torch
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if rank == 0:
+            torch.save(sd, "model.pt")
+        """,
+        """
+        import torch.distributed.fsdp as f
+        model = f.FullyShardedDataParallel(model)
+        with f.FullyShardedDataParallel.state_dict_type(model, f.StateDictType.FULL_STATE_DICT):
+            sd = model.state_dict()
+            model.module.save_pretrained("out", state_dict=sd, is_main_process=rank == 0)
+        """,
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            unwrapped = accelerator.unwrap_model(model)
+            unwrapped.save_pretrained(
+                "out",
+                is_main_process=accelerator.is_main_process,
+                save_function=accelerator.save,
+                state_dict=accelerator.get_state_dict(model),
+            )
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
+        ),
+        # FSDP1 with nested units and the default FULL_STATE_DICT: the inner state_dict is gathered.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, auto_wrap_policy=policy)
+        model.save_pretrained("out", is_main_process=rank == 0)
+        """,
+        # Saved before sharding.
+        """
+        import torch
+        from torch.distributed.fsdp import fully_shard
+        torch.save(model.state_dict(), "init.pt")
+        fully_shard(model)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            train(model)
+            torch.save(model.state_dict(), "model.pt")
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            import torch.distributed._composable.fsdp as fsdp2
+            from peft import get_peft_model as add_lora
+
+            def main():
+                model = add_lora(base, cfg)
+                for block in model.base_model.model.model.layers:
+                    fsdp2.fully_shard(block)
+                fsdp2.fully_shard(model)
+                model.save_pretrained("adapter")
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, use_orig_params=True)
+            model.module.save_pretrained("out")
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            accelerator.unwrap_model(model).save_pretrained("out", is_main_process=accelerator.is_main_process)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+                                          "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"},
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            from peft import get_peft_model_state_dict
+            fully_shard(model)
+            torch.save(get_peft_model_state_dict(model), "adapter.bin")
+            """,
+            line=5,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        launch = getattr(a, "launch_fsdp_version", None)
+        facts = getattr(a, "launch", None)
+        sharded_type = facts is not None and "SHARDED" in str(facts.value("state_dict_type", "")).upper()
+        for t in a.timelines:
+            for ev in t.events:
+                if ev.entity is None or (ev.ref is not None and ev.ref.child):
+                    continue
+                what = self._saved(a, t, ev, launch, sharded_type)
+                if what is None:
+                    continue
+                ctx.report(
+                    ev.node,
+                    f"{what} reads the parameters of a sharded model, so it writes this rank's shard (or an "
+                    "empty view), not the trained weights; the file loads later without error. Gather a full "
+                    "state dict first — FSDP2: get_model_state_dict(model, options=StateDictOptions("
+                    "full_state_dict=True)); FSDP1: FSDP.state_dict_type(model, FULL_STATE_DICT); accelerate: "
+                    "accelerator.get_state_dict(model) — and pass it as state_dict=.",
+                )
+
+    @staticmethod
+    def _saved(a, t, ev, launch, sharded_type):
+        call = ev.call
+        if call is None:
+            return None
+        state = t.wrap_state(ev.entity, ev.seq)
+        if ev.kind == "torch_save_state_dict":
+            return "torch.save(model.state_dict())" if state == "fsdp2" else None
+        if ev.kind == "state_dict" and ev.data.get("api") == "get_peft_model_state_dict":
+            return "torch.save(get_peft_model_state_dict(model))" if state == "fsdp2" and _in_torch_save(a, call) else None
+        if ev.kind != "save" or a.keyword(call, "state_dict") is not None:
+            return None
+        if a.rank_guard(ev.step) is not None and state == "fsdp1":
+            return None  # a collective under a rank guard: FSDP401's finding
+        if any(_full_context(a, w) for w in a.enclosing_withs(ev.step)) or a.method_calls("set_state_dict_type"):
+            return None
+        if state == "fsdp2":
+            return "save_pretrained() on an FSDP2 model"
+        if state == "fsdp1":
+            wraps = [w for w in t.before(ev, ("wrap1",)) if w.ref is not None and not w.ref.child]
+            nested = any(w.call is None or a.keyword(w.call, "auto_wrap_policy") is not None or w.call.star_kwargs()
+                         for w in wraps)
+            return None if nested or not wraps else "save_pretrained() on an FSDP1 model wrapped as one unit"
+        if state is None and t.before(ev, ("prepare",)):
+            if launch == 2:
+                return "save_pretrained() on a model accelerate sharded with FSDP2"
+            if launch == 1 and sharded_type:
+                return "save_pretrained() under fsdp_state_dict_type SHARDED_STATE_DICT"
+        return None
+
+
+def _in_torch_save(a, call) -> bool:
+    return any(c.api == "torch_save" and any(arg.value is call.node for arg in c.node.args) for c in a.calls("torch_save"))
+
+
+def _full_context(a, expr) -> bool:
+    """`with FSDP.state_dict_type(m, FULL_STATE_DICT, ...)` (or one whose type the linter cannot read)."""
+    import libcst as cst
+
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value == "state_dict_type"):
+        return False
+    text = a.code(expr)
+    return "SHARDED" not in text and "LOCAL" not in text

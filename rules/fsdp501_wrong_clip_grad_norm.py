@@ -1,0 +1,204 @@
+import libcst as cst
+
+from fsdplint.findings import Applicability, Severity
+from fsdplint.fixes import Replace, safe
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule
+
+
+class WrongClipGradNorm(Rule):
+    code = "FSDP501"
+    name = "wrong-clip-grad-norm"
+    severity = Severity.ERROR
+    summary = (
+        "`torch.nn.utils.clip_grad_norm_` on an FSDP1 model (per-rank norms); FSDP2 norm logged without "
+        "`.full_tensor()`."
+    )
+    sides = "S"
+    fix = Applicability.SAFE
+    doc = """
+    ## What it does
+    Finds `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` on a model wrapped with
+    `FullyShardedDataParallel`, and, for `fully_shard` (FSDP2) models, the returned norm read with
+    `.item()` instead of `.full_tensor().item()`.
+
+    ## Why is this bad?
+    Under FSDP1 each rank holds only a shard of every gradient, so the torch function computes a
+    different, partial norm on each rank and scales each shard by a different factor: the clipped update
+    is wrong and ranks drift apart. `FullyShardedDataParallel.clip_grad_norm_` all-reduces the norm first.
+    Under FSDP2 `clip_grad_norm_` clips correctly (the norm is a DTensor), but `.item()` on that DTensor
+    returns this rank's partial norm, so the logged norm is too small (by about √N).
+
+    ## Example
+    ```python
+    model = FSDP(model)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    ```
+
+    ## Use instead
+    ```python
+    model = FSDP(model)
+    model.clip_grad_norm_(1.0)
+    ```
+    FSDP2: `norm = clip_grad_norm_(model.parameters(), 1.0); log(norm.full_tensor().item())`.
+
+    ## Fix safety
+    Safe for FSDP1 when the parameters are `model.parameters()` of the FSDP root and only `max_norm` /
+    `norm_type` are passed: `FullyShardedDataParallel.clip_grad_norm_(max_norm, norm_type)` clips the same
+    parameters with the global norm and returns it. No fix for FSDP2 (a logging change).
+
+    ## Versions
+    All versions.
+
+    ## References
+    - pytorch#90028, #126457, #170862; torchtune#2169; torchtitan docs; miles_diffusion#35
+    """
+    references = ("pytorch#90028", "pytorch#126457", "torchtune#2169")
+
+    VALID = [
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, use_orig_params=True)
+        model.clip_grad_norm_(1.0)
+        """,
+        # FSDP2: the torch function is right; the norm is made whole before logging.
+        """
+        import torch
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        print(norm.full_tensor().item())
+        """,
+        # Clipping before wrapping (e.g. a single-GPU debug path) is not under FSDP.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        other = FSDP(other_model)
+        """,
+        """
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model = accelerator.prepare(model)
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            """,
+            line=4,
+            expected_fix="""
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy)
+            model.clip_grad_norm_(max_norm=1.0)
+            """,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as f
+            from torch.nn.utils import clip_grad_norm_ as clip
+
+            def train(model, loader, opt):
+                model = f.FullyShardedDataParallel(model)
+                for batch in loader:
+                    model(batch).loss.backward()
+                    gnorm = clip(model.parameters(), 1.0, 2.0)
+                    opt.step()
+            """,
+            line=8,
+            expected_fix="""
+            import torch.distributed.fsdp as f
+            from torch.nn.utils import clip_grad_norm_ as clip
+
+            def train(model, loader, opt):
+                model = f.FullyShardedDataParallel(model)
+                for batch in loader:
+                    model(batch).loss.backward()
+                    gnorm = model.clip_grad_norm_(1.0, 2.0)
+                    opt.step()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            print(norm.item())
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model)
+            params = [p for p in model.parameters() if p.requires_grad]
+            torch.nn.utils.clip_grad.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+            """,
+            line=5,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        for t in a.timelines:
+            for ev in t.of("clip"):
+                if not ev.data.get("torch_api") or ev.entity is None:
+                    continue
+                state = t.wrap_state(ev.entity, ev.seq)
+                if state == "fsdp1":
+                    ctx.report(
+                        ev.node,
+                        "torch.nn.utils.clip_grad_norm_ on an FSDP1 model sees only this rank's gradient shards: "
+                        "each rank computes a different norm and clips by a different factor. Call "
+                        "model.clip_grad_norm_(max_norm) on the FullyShardedDataParallel module instead.",
+                        fix=_fsdp1_fix(ctx, ev.call),
+                    )
+                elif state == "fsdp2":
+                    for item in _item_reads(a, ev.call):
+                        ctx.report(
+                            item.node,
+                            "The norm returned by clip_grad_norm_ on an FSDP2 model is a DTensor holding partial "
+                            "norms: .item() returns this rank's part, so the logged norm is too small. Use "
+                            "norm.full_tensor().item().",
+                        )
+
+
+def _fsdp1_fix(ctx, call):
+    if call is None:
+        return None
+    params = call.arg(0, "parameters")
+    if not (isinstance(params, cst.Call) and isinstance(params.func, cst.Attribute)
+            and params.func.attr.value == "parameters" and not params.args):
+        return None
+    root = dotted(params.func.value)
+    if root is None or "module" in root.split(".")[1:]:
+        return None  # `model.module.parameters()`: the FSDP root is not written here
+    rest = [arg for arg in call.node.args if arg.value is not params]
+    for arg in rest:
+        if arg.star or (arg.keyword is not None and arg.keyword.value not in ("max_norm", "norm_type")):
+            return None  # error_if_nonfinite / foreach have no FSDP1 equivalent
+    text = ", ".join(ctx.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for arg in rest)
+    return safe("Use the FSDP module's clip_grad_norm_", Replace(call.node, f"{root}.clip_grad_norm_({text})"))
+
+
+def _item_reads(a, call):
+    """`norm.item()` on the name the clip result was assigned to, unless `.full_tensor()` is used on it."""
+    if call is None or len(call.targets) != 1 or not isinstance(call.targets[0], cst.Name):
+        return []
+    name = call.targets[0].value
+    same = [c for c in call.scope.calls if isinstance(c.receiver, cst.Name) and c.receiver.value == name]
+    if any(c.method in ("full_tensor", "redistribute") for c in same):
+        return []
+    return [c for c in same if c.method == "item" and c.seq > call.seq]

@@ -1,0 +1,352 @@
+"""The shared script analysis that rules query: events, their order, and which model they touch."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from fsdplint.analysis import UNKNOWN, QName, analyze
+
+
+def analysis(src: str):
+    return analyze(cst.parse_module(textwrap.dedent(src).lstrip("\n")))
+
+
+def only_timeline(src: str):
+    a = analysis(src)
+    assert len(a.timelines) == 1, [t.scope.name for t in a.timelines]
+    return a, a.timelines[0]
+
+
+def kinds(t, *wanted):
+    return [e.kind for e in t.events if not wanted or e.kind in wanted]
+
+
+# -- entities: one model through every name it goes by -------------------------------------------
+
+
+def test_wrapping_and_lora_keep_one_model_identity():
+    _, t = only_timeline(
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM
+        base = AutoModelForCausalLM.from_pretrained("m")
+        peft_model = get_peft_model(base, cfg)
+        wrapped = FSDP(peft_model, use_orig_params=True)
+        wrapped.module.save_pretrained("out")
+        """
+    )
+    assert kinds(t) == ["load", "lora", "wrap1", "save"]
+    lora, wrap, save = t.events[1:]
+    assert lora.entity == wrap.entity == save.entity is not None
+
+
+def test_unrelated_models_are_different_entities():
+    _, t = only_timeline(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        policy_model = FSDP(policy_model)
+        ref_model = FSDP(ref_model)
+        """
+    )
+    a, b = t.of("wrap1")
+    assert a.entity != b.entity
+
+
+def test_aliased_module_import_resolves_the_api():
+    _, t = only_timeline(
+        """
+        import torch.distributed.fsdp as f
+        from peft import get_peft_model as add_lora
+        model = add_lora(model, cfg)
+        f.fully_shard(model)
+        """
+    )
+    assert kinds(t) == ["lora", "shard2"]
+    assert t.events[0].entity == t.events[1].entity
+
+
+def test_tuple_unpacking_of_prepare_keeps_identities():
+    a, t = only_timeline(
+        """
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model, optimizer = accelerator.prepare(model, optimizer)
+        model.generate(x)
+        """
+    )
+    prep = t.of("prepare")
+    assert len(prep) == 2 and prep[0].step is prep[1].step
+    assert t.of("generate")[0].entity == prep[0].entity != prep[1].entity
+
+
+def test_attribute_holder_is_one_model_across_methods():
+    a = analysis(
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        class Runner:
+            def build(self):
+                self.model = get_peft_model(self.model, cfg)
+                self.model = FullyShardedDataParallel(self.model)
+        """
+    )
+    (t,) = [t for t in a.timelines if t.events]
+    lora, wrap = t.events
+    assert (lora.kind, wrap.kind) == ("lora", "wrap1") and lora.entity == wrap.entity
+
+
+# -- helpers: inlined at their call site, in execution order --------------------------------------
+
+
+def test_helper_is_inlined_and_not_a_timeline_of_its_own():
+    a = analysis(
+        """
+        from torch.distributed.fsdp import fully_shard
+
+        def shard(m):
+            for layer in m.layers:
+                fully_shard(layer)
+            fully_shard(m)
+            return m
+
+        def main():
+            model = load()
+            model = shard(model)
+            model.generate(x)
+        """
+    )
+    assert [t.scope.name for t in a.timelines] == ["main"]
+    t = a.timelines[0]
+    layer, root, gen = t.events
+    assert (layer.kind, layer.ref.child) == ("shard2", True)
+    assert (root.kind, root.ref.child) == ("shard2", False)
+    assert layer.entity == root.entity == gen.entity
+    assert t.wrap_state(gen.entity, gen.seq) == "fsdp2"
+
+
+def test_helper_defined_below_its_caller_runs_at_the_call():
+    _, t = only_timeline(
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def main():
+            model = load()
+            model = add_lora(model)
+            model = FSDP(model)
+
+        def add_lora(m):
+            return get_peft_model(m, cfg)
+        """
+    )
+    lora, wrap = t.events
+    assert (lora.kind, wrap.kind) == ("lora", "wrap1")
+    assert lora.seq < wrap.seq
+    assert t.before(wrap, ("lora",)) == [lora] and t.before(lora, ("wrap1",)) == []
+
+
+def test_recursive_helpers_do_not_loop_forever():
+    a = analysis(
+        """
+        def f(m):
+            return g(m)
+
+        def g(m):
+            return f(m)
+
+        f(model)
+        """
+    )
+    assert [t.scope.name for t in a.timelines] == ["<module>"]
+
+
+# -- loops: a loop variable over part of the model is a child of the model ------------------------
+
+
+def test_loop_over_layers_is_a_child_of_the_model():
+    _, t = only_timeline(
+        """
+        from torch.distributed.fsdp import fully_shard
+        layers = model.model.layers
+        for i, block in enumerate(layers):
+            fully_shard(block)
+        for name, m in model.named_modules():
+            fully_shard(m)
+        for _, blk in model.blocks.items():
+            fully_shard(blk)
+        fully_shard([model.embed, model.lm_head])
+        fully_shard(model)
+        """
+    )
+    events = t.of("shard2")
+    assert [e.ref.child for e in events] == [True, True, True, True, False]
+    assert len({e.entity for e in events}) == 1
+
+
+def test_requires_grad_false_in_a_loop_is_a_freeze_of_the_model():
+    _, t = only_timeline(
+        """
+        from torch.optim import AdamW
+        for name, p in model.named_parameters():
+            if "lora_" not in name:
+                p.requires_grad = False
+        opt = AdamW(model.parameters())
+        """
+    )
+    freeze, opt = t.events
+    assert (freeze.kind, freeze.data["partial"]) == ("freeze", True)
+    assert (opt.kind, opt.data["filtered"]) == ("optimizer", False)
+    assert freeze.entity == opt.entity
+
+
+def test_optimizer_over_trainable_params_counts_as_filtered():
+    _, t = only_timeline(
+        """
+        import torch
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        a = torch.optim.AdamW(trainable)
+        b = torch.optim.AdamW(filter(lambda p: p.requires_grad, model.parameters()))
+        c = torch.optim.AdamW(model.parameters())
+        sched = torch.optim.lr_scheduler.StepLR(c, 1)
+        """
+    )
+    assert [e.data["filtered"] for e in t.of("optimizer")] == [True, True, False]
+    assert len({e.entity for e in t.of("optimizer")}) == 1
+
+
+# -- guards ----------------------------------------------------------------------------------------
+
+
+def test_rank_and_version_guards():
+    a, t = only_timeline(
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        if dist.get_rank() == 0:
+            model.save_pretrained("a")
+        if local_rank != 0:
+            pass
+        else:
+            model.save_pretrained("b")
+        if is_torch_version(">=", "2.7"):
+            fully_shard(model, ignored_params=frozen)
+        model.save_pretrained("c")
+        """
+    )
+    a_, b_, c_ = t.of("save")
+    assert a.rank_guard(a_.step) is not None and a.rank_guard(b_.step) is not None
+    assert a.rank_guard(c_.step) is None
+    assert [g.kind for g in b_.call.guards] == ["rank0"]
+    (shard,) = t.of("shard2")
+    assert shard.call.version_guarded and not shard.call.rank_guarded
+
+
+def test_guard_at_a_helper_call_site_reaches_the_helper_body():
+    a, t = only_timeline(
+        """
+        def save(m):
+            m.save_pretrained("out")
+
+        def main():
+            if rank == 0:
+                save(model)
+        """
+    )
+    (ev,) = t.of("save")
+    assert ev.call.guards == ()  # the body itself is unguarded ...
+    assert a.rank_guard(ev.step) is not None  # ... but it only runs on rank 0
+
+
+# -- values and keyword arguments ----------------------------------------------------------------
+
+
+def test_value_follows_single_bindings_and_marks_unknowns():
+    a = analysis(
+        """
+        import torch
+        dtype = torch.bfloat16
+        r = 16
+        flags = {"use_orig_params": True, "n": -1}
+        twice = 1
+        twice = 2
+        """
+    )
+
+    def val(src):
+        return a.value(cst.parse_expression(src), a.c.module_scope)
+
+    assert val("dtype") == QName("torch.bfloat16")
+    assert val("r") == 16 and val("flags") == {"use_orig_params": True, "n": -1}
+    assert val("twice") is UNKNOWN and val("f(x)") is UNKNOWN
+    assert not UNKNOWN
+
+
+def test_keywords_merge_star_dicts_and_give_up_on_unknown_ones():
+    a = analysis(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        kw = {"use_orig_params": True}
+        kw["sync_module_states"] = True
+        FSDP(model, device_id=0, **kw)
+        FSDP(model, **dict(use_orig_params=False))
+        FSDP(model, **get_kwargs())
+        other = {}
+        other.update(opts)
+        FSDP(model, **other)
+        """
+    )
+    first, second, third, fourth = a.calls("FSDP1")
+    assert set(a.keywords(first)) == {"device_id", "use_orig_params", "sync_module_states"}
+    assert a.value(a.keywords(second)["use_orig_params"]) is False
+    assert a.keywords(third) is None and a.keywords(fourth) is None
+
+
+def test_call_for_follows_a_name_to_the_call_that_built_it():
+    a = analysis(
+        """
+        from peft import LoraConfig, get_peft_model
+        cfg = LoraConfig(r=8, target_modules=["q_proj"])
+        model = get_peft_model(model, cfg)
+        """
+    )
+    (lora_call,) = a.calls("get_peft_model")
+    built = a.call_for(lora_call.arg(1, "peft_config"), lora_call.scope, "LoraConfig")
+    assert built is not None and a.value(built.kw("r")) == 8
+    assert a.call_for(lora_call.arg(1), lora_call.scope, "BitsAndBytesConfig") is None
+
+
+# -- escapes: the model handed to code the analysis cannot see ------------------------------------
+
+
+def test_model_passed_to_unknown_code_escapes():
+    _, t = only_timeline(
+        """
+        from torch.distributed.fsdp import fully_shard
+        from mylib import shard_blocks
+        print(model)
+        model.to("cuda")
+        fully_shard(model)
+        shard_blocks(model)
+        fully_shard(model)
+        """
+    )
+    first, second = t.of("shard2")
+    assert not t.escapes(first.entity, first)
+    assert t.escapes(second.entity, second)
+
+
+def test_uses_flags():
+    a = analysis(
+        """
+        from peft import LoraConfig, get_peft_model
+        from torch.distributed._composable.fsdp import fully_shard
+        model = get_peft_model(model, LoraConfig(r=8))
+        fully_shard(model)
+        """
+    )
+    assert a.uses_fsdp2 and not a.uses_fsdp1 and a.uses_fsdp and a.uses_peft

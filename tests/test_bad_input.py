@@ -1,0 +1,123 @@
+"""Broken, half-written and hostile files: one clear line naming the file (and line), never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from fsdplint.cli import main
+
+RULE_TRIGGER = "import peft\n"
+
+
+def lint(*args, input=None):
+    r = CliRunner().invoke(main, ["--isolated", "--output-format", "json", *args], input=input)
+    assert "Traceback" not in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    return r
+
+
+def findings(r):
+    return json.loads(r.output) if r.output.strip().startswith("[") else []
+
+
+CASES = {
+    "empty.py": (b"", None, None),
+    "comments.py": (b"# only\n# comments\n", None, None),
+    "syntax_top.py": (b"import peft\ndef f(:\n    pass\n", "FSDP900", 2),
+    "syntax_end.py": (b"import peft\nx = 1\ny = (\n", "FSDP900", 3),
+    "syntax_indent.py": (b"import peft\nif x:\ny = 1\n", "FSDP900", 3),
+    "nul.py": (b"import peft\nx = 1\x00\n", "FSDP900", None),
+    "binary.py": (bytes(range(256)) * 4, "FSDP903", None),
+    "latin1_cookie.py": ("# -*- coding: latin-1 -*-\nimport peft\ns = 'é'\n".encode("latin-1"), None, None),
+    "latin1_no_cookie.py": ("import peft\ns = 'é'\n".encode("latin-1"), "FSDP903", 2),
+    "bom.py": (b"\xef\xbb\xbf" + RULE_TRIGGER.encode() + b"x = 1\n", None, None),
+    "crlf.py": (b"import peft\r\nx = 1\r\n", None, None),
+    "mixed_newlines.py": (b"import peft\r\nx = 1\nif x:\r\n    y = 2\n", None, None),
+    "tabs.py": (b"import peft\nif x:\n\ty = 1\n", None, None),
+    "deep_parens.py": (("import peft\nx = " + "(" * 3000 + "1" + ")" * 3000 + "\n").encode(), "FSDP900", 2),
+    "deep_indent.py": (("import peft\n" + "".join(" " * i + f"if x{i}:\n" for i in range(120)) + " " * 120 + "pass\n").encode(), "FSDP900", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_matrix(tmp_path, name):
+    data, code, line = CASES[name]
+    p = tmp_path / name
+    p.write_bytes(data)
+    r = lint(str(p))
+    got = findings(r)
+    if code is None:
+        assert got == [] and r.exit_code == 0, got
+        return
+    assert r.exit_code == 1
+    assert [f["code"] for f in got] == [code]
+    assert got[0]["filename"].endswith(name)
+    assert "\n" not in got[0]["message"]
+    if line is not None:
+        assert got[0]["location"]["row"] == line
+
+
+def test_one_bad_file_does_not_stop_the_others(tmp_path):
+    (tmp_path / "a_bad.py").write_bytes(b"import peft\ndef f(:\n")
+    (tmp_path / "b_binary.py").write_bytes(bytes(range(256)))
+    (tmp_path / "c_buggy.py").write_text(
+        "import torch.distributed.fsdp as f\nfrom peft import get_peft_model\nfor layer in m.layers:\n    f.fully_shard(layer)\nf.fully_shard(m)\nm = get_peft_model(m, c)\n"
+    )
+    got = {(os.path.basename(f["filename"]), f["code"]) for f in findings(lint(str(tmp_path)))}
+    assert got == {("a_bad.py", "FSDP900"), ("b_binary.py", "FSDP903"), ("c_buggy.py", "FSDP101")}
+
+
+def test_large_generated_file(tmp_path):
+    body = "".join(f"def f{i}(model):\n    x{i} = model.layers[{i}]\n    return x{i}\n" for i in range(75000))
+    p = tmp_path / "gen.py"
+    p.write_text("import torch.distributed.fsdp as f\nfrom peft import get_peft_model\n" + body
+                 + "for layer in m.layers:\n    f.fully_shard(layer)\nf.fully_shard(m)\nm = get_peft_model(m, c)\n")
+    assert p.stat().st_size > 5_000_000
+    got = findings(lint(str(p)))
+    assert [f["code"] for f in got] == ["FSDP101"]
+
+
+def test_directory_without_python_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    r = lint(str(tmp_path))
+    assert r.exit_code == 0 and findings(r) == []
+
+
+def test_missing_path_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(main, ["--isolated", str(tmp_path / "nope.py")])
+    assert r.exit_code == 2
+    assert r.output.strip().count("\n") == 0 and "nope.py" in r.output
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks")
+def test_symlink_loop_and_dangling_link(tmp_path):
+    (tmp_path / "loop1.py").symlink_to(tmp_path / "loop2.py")
+    (tmp_path / "loop2.py").symlink_to(tmp_path / "loop1.py")
+    (tmp_path / "dangling.py").symlink_to(tmp_path / "nowhere.py")
+    for name in ("loop1.py", "dangling.py"):
+        r = lint(str(tmp_path / name))
+        (f,) = findings(r)
+        assert f["code"] == "FSDP903" and f["filename"].endswith(name)
+    # Walking the directory does not follow the loop.
+    r = lint(str(tmp_path))
+    assert r.exit_code == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root can read any file")
+def test_unreadable_file(tmp_path):
+    p = tmp_path / "secret.py"
+    p.write_text("import peft\n")
+    p.chmod(0)
+    (f,) = findings(lint(str(p)))
+    assert f["code"] == "FSDP903"
+
+
+def test_stdin_bad_input():
+    r = lint("-", "--stdin-filename", "x.py", input="import peft\ndef f(:\n")
+    (f,) = findings(r)
+    assert f["code"] == "FSDP900" and f["filename"] == "x.py" and f["location"]["row"] == 2
