@@ -105,9 +105,11 @@ def measure(label: str, cmd: list[str], *, runs: int, warmup: int = 1, ok_codes=
         res.rc = rc
         lines = [ln for ln in text.splitlines() if ln.strip()]
         res.last_line = lines[-1].strip() if lines else ""
+        if "Traceback (most recent call last)" in text:  # a crash, whatever the exit code says
+            rc = rc if rc not in ok_codes else -1
         if rc not in ok_codes:
             tail = " | ".join(lines[-3:])[-400:]
-            res.error = f"exit code {rc}: {tail}" if tail else f"exit code {rc}"
+            res.error = f"{'crashed' if rc == -1 else f'exit code {rc}'}: {tail}" if tail else f"exit code {rc}"
             echo(f"  {label}: FAILED ({res.error})")
             return res
         if i >= warmup:

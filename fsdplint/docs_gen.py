@@ -54,6 +54,33 @@ def index_page(rules) -> str:
     return "\n".join(lines) + "\n"
 
 
+README_START = "<!-- rules-table:start -->"
+README_END = "<!-- rules-table:end -->"
+
+
+def readme_table(rules) -> str:
+    """The README's rule table (between its markers), linking each code to its page."""
+    rows = ["| Code | Name | Severity | Side | Fix |", "|---|---|---|---|---|"]
+    for r in rules:
+        sides = ", ".join(SIDE_NAMES[s] for s in r.sides)
+        rows.append(f"| [{r.code}](docs/rules/{r.code}.md) | {_cell(r.name)} | {r.severity.value} | {sides} | {r.fix.value if r.fix else ''} |")
+    return "\n".join(rows)
+
+
+def render_readme(text: str) -> str:
+    from fsdplint.registry import all_rules
+
+    if README_START not in text or README_END not in text:
+        return text
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_START}\n{readme_table(all_rules())}\n{README_END}{tail}"
+
+
+def readme_path() -> Path:
+    return default_out_dir().parent.parent / "README.md"
+
+
 def render_all() -> dict[str, str]:
     """File name → content for every generated page."""
     from fsdplint.registry import all_rules
@@ -106,10 +133,20 @@ def main(argv=None) -> int:
     out_dir = args.out or default_out_dir()
     if args.check:
         stale = stale_files(out_dir)
+        readme = readme_path()
+        if args.out is None and readme.is_file() and render_readme(readme.read_text(encoding="utf-8")) != readme.read_text(encoding="utf-8"):
+            stale.append("README.md rule table")
         for name in stale:
             print(f"{out_dir / name}: stale; run `python -m fsdplint.docs_gen`")
         return 1 if stale else 0
     changed = write_all(out_dir)
+    readme = readme_path()
+    if args.out is None and readme.is_file():
+        text = readme.read_text(encoding="utf-8")
+        new = render_readme(text)
+        if new != text:
+            readme.write_text(new, encoding="utf-8")
+            changed.append(str(readme.name))
     print(f"{len(changed)} file(s) updated in {out_dir}")
     return 0
 

@@ -18,6 +18,13 @@ def test_docs_are_not_stale():
     assert not stale, f"stale generated docs {stale}; run `python -m fsdplint.docs_gen`"
 
 
+def test_readme_rule_table_is_current():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert docs_gen.render_readme(text) == text, "the README rule table is stale; run `python -m fsdplint.docs_gen`"
+    for rule in all_rules():
+        assert f"[{rule.code}](docs/rules/{rule.code}.md)" in text
+
+
 def test_every_rule_has_a_page_and_an_index_row():
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     for rule in all_rules():

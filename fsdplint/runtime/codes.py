@@ -6,33 +6,12 @@ from fsdplint.findings import Finding, Position, Severity
 
 RUNTIME_FILENAME = "<runtime>"
 
-# Codes the guard can report, with the catalog's name and severity. The rule
-# classes (when present) win; this table keeps the guard working without them.
-RUNTIME_CODES: dict[str, tuple[str, Severity]] = {
-    "FSDP001": ("fully-shard-ignored-params", Severity.ERROR),
-    "FSDP005": ("mixed-dtype-unit", Severity.ERROR),
-    "FSDP016": ("unmanaged-trainable-param", Severity.ERROR),
-    "FSDP101": ("lora-after-fsdp-wrap", Severity.ERROR),
-    "FSDP102": ("optimizer-before-wrap", Severity.ERROR),
-    "FSDP201": ("fsdp2-shards-4bit-base", Severity.ERROR),
-    "FSDP502": ("ranks-without-trainable-shards", Severity.INFO),
-    # Not in the catalog yet: proposed for the runtime-only cross-rank check.
-    "FSDP503": ("ranks-diverged", Severity.ERROR),
-}
-
-
-def _registry_meta(code: str):
-    try:
-        from fsdplint.registry import rules_by_code
-
-        rule = rules_by_code().get(code)
-    except Exception:  # a broken rule file must not take the user's job down
-        return None
-    return (rule.name, rule.severity) if rule is not None else None
-
-
 def rule_meta(code: str) -> tuple[str, Severity]:
-    return _registry_meta(code) or RUNTIME_CODES[code]
+    """Name and severity from the rule classes: one source of truth for every side."""
+    from fsdplint.registry import rules_by_code
+
+    rule = rules_by_code()[code]
+    return rule.name, rule.severity
 
 
 def make_finding(code: str, message: str, *, severity: Severity | None = None, **notes) -> Finding:
@@ -51,14 +30,9 @@ def make_finding(code: str, message: str, *, severity: Severity | None = None, *
 
 def _known_codes() -> dict[str, str]:
     """code -> name for every code a selector may refer to."""
-    known = {code: name for code, (name, _) in RUNTIME_CODES.items()}
-    try:
-        from fsdplint.registry import all_rules
+    from fsdplint.registry import all_rules
 
-        known.update({r.code: r.name for r in all_rules()})
-    except Exception:
-        pass
-    return known
+    return {r.code: r.name for r in all_rules()}
 
 
 def make_selector(select=None, ignore=None):
