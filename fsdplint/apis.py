@@ -54,7 +54,13 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "torch.distributed.distributed_c10d.init_process_group",
     ),
     "get_rank": ("torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank"),
-    "cuda_set_device": ("torch.cuda.set_device",),
+    "cuda_set_device": (
+        "torch.cuda.set_device",
+        "torch.accelerator.set_device_index",
+        "torch.accelerator.set_device_idx",
+        "torch.xpu.set_device",
+        "torch.npu.set_device",
+    ),
     "init_device_mesh": (
         "torch.distributed.device_mesh.init_device_mesh",
         "torch.distributed._tensor.device_mesh.init_device_mesh",

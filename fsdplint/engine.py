@@ -200,7 +200,7 @@ def lint_text(
         seen = set()
         for r in ctx.reports:
             start, end = pos.range(r.node)
-            key = (r.rule.code, start, r.message)
+            key = (r.rule.code, start)  # one finding per code and place, even if several causes
             if key in seen:
                 continue
             seen.add(key)

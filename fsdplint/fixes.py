@@ -18,8 +18,10 @@ from fsdplint.positions import Positions, line_starts
 
 @dataclass(frozen=True)
 class Replace:
+    """Replace `node` with `text`, or with a new node rendered at `node`'s indentation."""
+
     node: cst.CSTNode
-    text: str
+    text: Union[str, cst.CSTNode]
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def to_fix(spec: FixSpec, pos: Positions, newline: str) -> Fix:
     for op in spec.ops:
         if isinstance(op, Replace):
             s, e = pos.span(op.node)
-            edits.append(Edit(op.text, pos.position(s), pos.position(e)))
+            text = op.text if isinstance(op.text, str) else pos.render(op.node, op.text)
+            edits.append(Edit(text, pos.position(s), pos.position(e)))
         elif isinstance(op, (InsertLinesBefore, InsertLinesAfter)):
             s, e = pos.span(op.stmt)
             first = pos.position(s)

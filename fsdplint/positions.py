@@ -23,6 +23,7 @@ class _OffsetState(CodegenState):
     offset: int = 0
     stack: list = field(default_factory=list)
     ranges: dict = field(default_factory=dict)
+    indents: dict = field(default_factory=dict)
 
     def add_indent_tokens(self) -> None:
         for tok in self.indent_tokens:
@@ -36,6 +37,8 @@ class _OffsetState(CodegenState):
 
     def before_codegen(self, node) -> None:
         self.stack.append(self.offset)
+        if self.wanted is not None and id(node) in self.wanted:
+            self.indents[id(node)] = list(self.indent_tokens)
 
     def after_codegen(self, node) -> None:
         start = self.stack.pop()
@@ -67,6 +70,19 @@ class Positions:
         )
         module._codegen(state)
         self.ranges: dict[int, tuple[int, int]] = state.ranges
+        self._indents = state.indents
+        self._module = module
+
+    def render(self, old: cst.CSTNode, new: cst.CSTNode) -> str:
+        """Code for `new` as it would read in place of `old`: continuation lines keep the
+        indentation of the block around `old` (libcst renders a detached node without it)."""
+        state = CodegenState(
+            default_indent=self._module.default_indent,
+            default_newline=self._module.default_newline,
+            indent_tokens=list(self._indents.get(id(old), [])),
+        )
+        new._codegen(state)
+        return "".join(state.tokens)
 
     def span(self, node: cst.CSTNode) -> tuple[int, int]:
         """Offsets of the node's text without surrounding whitespace/comments lines."""

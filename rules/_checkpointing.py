@@ -53,7 +53,7 @@ class HfCheckpointing:
             if self.call.star_kwargs():
                 return None
             new = add_keyword(self.call.node, self.kwargs_name, '{"use_reentrant": False}')
-            return safe(message, Replace(self.call.node, _code(new)))
+            return safe(message, Replace(self.call.node, new))
         if isinstance(kw.value, cst.Dict):
             for el in kw.value.elements:
                 if (isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString)
@@ -62,10 +62,6 @@ class HfCheckpointing:
                         return safe(message, Replace(el.value, "False"))
                     return None
         return None
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
 
 
 def _is_trl(call: Call) -> bool:

@@ -81,6 +81,15 @@ class MoveAfterWrap(Rule):
             batch = batch.to(device)
             loss = model(**batch).loss
         """,
+        # The name is rebound to a freshly loaded model for evaluation.
+        """
+        from transformers import AutoModelForCausalLM
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, device_id=rank)
+        train(model)
+        model = AutoModelForCausalLM.from_pretrained("out")
+        model.to("cuda")
+        """,
         # Another object is moved after the model is wrapped.
         """
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -158,6 +167,8 @@ class MoveAfterWrap(Rule):
                 if not wraps:
                     continue
                 w = wraps[0]
+                if any(e.kind == "load" and w.seq < e.seq < mv.seq for e in t.events):
+                    continue  # a model was (re)loaded in between: the name may hold a new, unwrapped model
                 msg = self.message.format(method=mv.data.get("method", "to"), wrap=LABEL[w.kind], line=ctx.line(w.node))
                 ctx.report(mv.node, msg)
 

@@ -1,7 +1,6 @@
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, remove_keyword, unsafe
 from fsdplint.resolve import dotted
-from fsdplint.rules._call_text import call_text
 from fsdplint.rule import Invalid, Rule, Valid
 
 # device_map values that spread one model over several devices (accelerate's big-model dispatch).
@@ -197,7 +196,7 @@ class DeviceMapWithFsdp(Rule):
                     continue
                 if not _is_trained(a, t, ev):
                     continue
-                text = call_text(ctx, call.node, remove_keyword(call.node, "device_map"))
+                text = remove_keyword(call.node, "device_map")
                 fix = unsafe("Remove device_map", Replace(call.node, text)) if text else None
                 ctx.report(call.node, self.message.format(value=value, via=via), fix=fix)
 

@@ -3,7 +3,6 @@ import re
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, safe
 from fsdplint.resolve import dotted
-from fsdplint.rules._call_text import call_text
 from fsdplint.rule import Invalid, Rule, Valid
 
 LOADERS = ("load_model", "PeftModel_from_pretrained")
@@ -230,12 +229,13 @@ class SyncModuleStatesMisconfig(Rule):
                 call = w.call
                 if w.entity is None or (w.ref and w.ref.child) or call is None or call.star_kwargs():
                     continue
-                loads = _loads_of(t, w.entity, w.seq)
+                load_events = _loads_of(t, w.entity, w.seq)
+                loads = [ev.call for ev in load_events]
                 if not loads:
                     continue
                 sync = a.value(call.kw("sync_module_states"), call.scope) if call.kw("sync_module_states") else False
                 has_device = call.kw("device_id") is not None
-                rank0 = next((ld for ld in loads if _rank_dependent(a, ld)), None)
+                rank0 = next((ev.call for ev in load_events if _rank_dependent(a, ev)), None)
                 if rank0 is not None and sync is False:
                     which = "rank 0"
                     msg = self.message_rank0.format(which=which, line=ctx.line(rank0.node))
@@ -257,9 +257,12 @@ class SyncModuleStatesMisconfig(Rule):
         report_setting(sync, self.message_yaml)
 
 
-def _rank_dependent(a, call) -> bool:
+def _rank_dependent(a, ev) -> bool:
     """The call runs on some ranks only (`if rank == 0:` / `if dist.get_rank() == 0:` and their else)."""
-    for g in call.guards:
+    rank_guard = getattr(a, "rank_guard", None)
+    if rank_guard is not None and rank_guard(ev.step) is not None:
+        return True
+    for g in ev.call.guards:
         if g.kind in ("rank0", "not_rank0"):
             return True
         test = getattr(g.node, "test", None)
@@ -281,7 +284,7 @@ def _loads_of(t, entity, before_seq):
         for tg in call.targets:
             d = dotted(tg)
             if d and t.find(t.analysis._target_key(ev.step, d)) == entity:
-                out.append(call)
+                out.append(ev)
     return out
 
 
@@ -314,5 +317,5 @@ def _add_args(ctx, call, *, sync: bool, device: bool):
         node = add_keyword(node, "device_id", f"{torch_name}.cuda.current_device()")
     if node is call.node:
         return None
-    text = call_text(ctx, call.node, node)
+    text = node
     return safe("Let FSDP broadcast rank 0's weights from the GPU", Replace(call.node, text)) if text else None

@@ -3,8 +3,7 @@ import re
 import libcst as cst
 
 from fsdplint.findings import Severity
-from fsdplint.resolve import dotted
-from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rule import Invalid, Rule
 
 # Expressions that count the devices of one node (the size of an intra-node shard group).
 _PER_NODE = re.compile(

@@ -4,7 +4,7 @@ import libcst as cst
 
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, safe
-from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rule import Invalid, Rule
 
 # Names scripts use for the local rank, best first.
 LOCAL_RANK_NAMES = ("local_rank", "LOCAL_RANK", "local_rank_id", "lrank", "gpu_id", "device_id")
@@ -100,6 +100,16 @@ class MissingSetDevice(Rule):
             for layer in model.layers:
                 f.fully_shard(layer)
             f.fully_shard(model)
+        """,
+        # Device-agnostic code (torchtitan style).
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        device_module = getattr(torch, device_type)
+        dist.init_process_group(backend)
+        device_module.set_device(torch.device(f"{device_type}:{local_rank}"))
+        fully_shard(model)
         """,
         # gloo on CPU: there is no device to select.
         """
@@ -203,7 +213,9 @@ class MissingSetDevice(Rule):
         inits = a.calls("init_process_group")
         if not inits or not (a.calls("FSDP1") or a.calls("fully_shard")):
             return
-        if a.calls("cuda_set_device") or ONE_DEVICE_PER_PROCESS.search(ctx.source):
+        if a.calls("cuda_set_device") or a.method_calls("set_device", "set_device_index"):
+            return  # also `device_module.set_device(...)` through a device-agnostic handle
+        if ONE_DEVICE_PER_PROCESS.search(ctx.source):
             return
         for init in inits:
             if init.kw("device_id") is not None:

@@ -1,6 +1,5 @@
 from fsdplint.fixes import Replace, remove_keyword, safe
 from fsdplint.findings import Applicability, Severity
-from fsdplint.rules._call_text import call_text
 from fsdplint.rule import Invalid, Rule, Valid
 
 # pytorch#154704 / #155319 (June 2025): an explicit `reshard_after_forward=True` on the root is respected
@@ -181,6 +180,6 @@ class RootReshardAfterForward(Rule):
                 arg = call.kwarg("reshard_after_forward")
                 if arg is None or a.value(arg.value, call.scope) is not True:
                     continue
-                text = call_text(ctx, call.node, remove_keyword(call.node, "reshard_after_forward"))
+                text = remove_keyword(call.node, "reshard_after_forward")
                 fix = safe("Drop reshard_after_forward=True from the root call", Replace(call.node, text)) if text else None
                 ctx.report(call.node, self.message.format(torch=tv.describe()), fix=fix)

@@ -1,9 +1,15 @@
 import difflib
 
-from fsdplint.audit.examples import spec
+from fsdplint.audit.examples import spec, tiny
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules import _lora_targets
+
+# A hybrid mamba/attention model: attention (q/k/v/o_proj) in layers 2 and 6 of 8 only.
+_JAMBA = {"model_type": "jamba", "architectures": ["JambaForCausalLM"], "attn_layer_period": 4,
+          "attn_layer_offset": 2, "expert_layer_period": 2, "expert_layer_offset": 1, "num_experts": 4,
+          "num_experts_per_tok": 2, "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2,
+          "use_mamba_kernels": False}
 
 
 class LoraTargetNotFound(Rule):
@@ -115,10 +121,20 @@ class LoraTargetNotFound(Rule):
     def check(self, ctx) -> None:
         _lora_targets.check(self, ctx)
 
-    AUDIT_VALID = [spec(), spec(lora={"r": 8, "target_modules": "all-linear"})]
+    AUDIT_VALID = [
+        spec(),
+        spec(lora={"r": 8, "target_modules": "all-linear"}),
+        # Restricting layers on purpose is not a mistake.
+        spec(model=tiny(num_hidden_layers=4), lora={"r": 8, "target_modules": ["q_proj"], "layers_to_transform": [0]}),
+        spec(model=tiny(num_hidden_layers=8, **_JAMBA), lora={"r": 8, "target_modules": ["q_proj", "in_proj"]}),
+    ]
     AUDIT_INVALID = [
         spec(lora={"r": 8, "target_modules": ["q_proj", "vproj"]}),
         spec(lora={"r": 8, "target_modules": ["query_key_value"]}),
+        # Jamba has attention in 2 of 8 layers (mamba elsewhere): q_proj/v_proj adapt a quarter of the model.
+        spec(model=tiny(num_hidden_layers=8, **_JAMBA), lora={"r": 8, "target_modules": ["q_proj", "v_proj"]}),
+        # Only the output head: the decoder layers train nothing.
+        spec(lora={"r": 8, "target_modules": ["lm_head"]}),
     ]
 
     def audit(self, ctx):
@@ -132,6 +148,54 @@ class LoraTargetNotFound(Rule):
                 ctx.report(self, f"LoRA target {cov.target!r} matches no module of {built.architecture}: peft "
                                  f"drops it silently and trains fewer adapters than configured."
                                  + self._suggest(ctx, [cov.target]), field="lora.target_modules")
+        self._narrow_coverage(ctx)
+
+    def _narrow_coverage(self, ctx) -> None:
+        """Targets that reach far fewer modules than the user likely meant (warning wording).
+
+        Silent when the config restricts layers on purpose (layers_to_transform, layers_pattern,
+        exclude_modules) or the targets are a regex or name a layer index.
+        """
+        built, cfg = ctx.built, ctx.built.lora_config
+        if cfg is None or not built.lora_applied:
+            return
+        if (getattr(cfg, "layers_to_transform", None) is not None or getattr(cfg, "layers_pattern", None)
+                or getattr(cfg, "exclude_modules", None)):
+            return
+        if isinstance(cfg.target_modules, str) and cfg.target_modules != "all-linear":
+            return
+        stack = _main_stack(built.base)
+        if stack is None:
+            return
+        prefix, n_layers = stack
+        hit = [name for c in built.coverage for name in c.names]
+        if not hit:
+            return
+        if not any(name.startswith(prefix + ".") for name in hit):
+            where = sorted({_container(name) for name in hit})
+            shown = ", ".join(where[:3]) + (", ..." if len(where) > 3 else "")
+            leaves = _linear_leaves(built.base, prefix, range(n_layers))
+            ctx.report(self, f"possibly unintended: the LoRA targets {sorted(c.target for c in built.coverage)} "
+                             f"reach no module of the {n_layers} decoder layers ({prefix}), only {shown}: the "
+                             f"transformer body trains no adapter. If you meant the decoder layers, target their "
+                             f"projections" + (f" (e.g. {', '.join(leaves[:6])})." if leaves else "."),
+                       field="lora.target_modules")
+            return
+        for c in built.coverage:
+            if not c.names or c.note or c.target == "all-linear" or any(ch.isdigit() for ch in c.target):
+                continue
+            layers = sorted({int(name[len(prefix) + 1:].split(".")[0]) for name in c.names
+                             if name.startswith(prefix + ".")})
+            if not layers or len(layers) * 2 >= n_layers:
+                continue
+            missing = [i for i in range(n_layers) if i not in set(layers)]
+            leaves = [x for x in _linear_leaves(built.base, prefix, missing) if x != c.target]
+            shown = ", ".join(map(str, layers[:6])) + (", ..." if len(layers) > 6 else "")
+            ctx.report(self, f"possibly unintended: LoRA target {c.target!r} matches modules in only "
+                             f"{len(layers)} of {n_layers} decoder layers ({prefix}.{{{shown}}}); the other layers "
+                             f"have no module of that name, so they train no adapter. If you meant every layer, add "
+                             f"targets that exist there" + (f" (e.g. {', '.join(leaves[:6])})." if leaves else "."),
+                       field="lora.target_modules")
 
     @staticmethod
     def _suggest(ctx, targets) -> str:
@@ -143,3 +207,43 @@ class LoraTargetNotFound(Rule):
         close = sorted({c for t in targets for c in difflib.get_close_matches(t, leaves, n=3, cutoff=0.6)})
         shown = close or leaves[:8]
         return f" {'Did you mean' if close else 'Linear modules here'}: {', '.join(shown)}." if shown else ""
+
+
+def _main_stack(model):
+    """(name, length) of the ModuleList of repeated blocks holding the most parameters (the decoder layers)."""
+    import torch.nn as nn
+
+    best = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.ModuleList) and len(mod) >= 2 and name:
+            numel = sum(p.numel() for p in mod.parameters())
+            if best is None or numel > best[0]:
+                best = (numel, name, len(mod))
+    return (best[1], best[2]) if best else None
+
+
+def _container(name: str) -> str:
+    """`model.visual.blocks.3.attn.qkv` -> `model.visual.blocks`; `lm_head` -> `lm_head`."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:i]) or name
+    return name
+
+
+def _linear_leaves(model, prefix: str, layers) -> list:
+    """Leaf names of the linear modules in the given layers of the stack at `prefix`, most common first."""
+    import collections
+
+    import torch.nn as nn
+
+    wanted = {f"{prefix}.{i}" for i in layers}
+    counts = collections.Counter()
+    for name, mod in model.named_modules():
+        head = ".".join(name.split(".")[: prefix.count(".") + 2])
+        if head not in wanted or not (isinstance(mod, nn.Linear) or type(mod).__name__ in ("Linear4bit", "Linear8bitLt")):
+            continue
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf not in ("base_layer", "default") and ".lora_" not in name:
+            counts[leaf] += 1
+    return [n for n, _ in counts.most_common()]

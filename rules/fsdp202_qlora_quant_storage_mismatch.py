@@ -307,13 +307,7 @@ def _fix(ctx, a, bnb, dtype, load, dtype_name, replace):
         new = replace_keyword(bnb.node, "bnb_4bit_quant_storage", text)
     else:
         new = add_keyword(bnb.node, "bnb_4bit_quant_storage", text)
-    code = ctx.code(new)
-    if "\n" in code:
-        # Rendered on its own, the call lost its block's indentation: give it back to the continuation lines.
-        row = ctx.line(bnb.stmt.node) if bnb.stmt is not None else ctx.line(bnb.node)
-        line = ctx.source.splitlines()[row - 1]
-        code = code.replace("\n", "\n" + line[: len(line) - len(line.lstrip())])
-    return safe(f"Set bnb_4bit_quant_storage={text}", Replace(bnb.node, code))
+    return safe(f"Set bnb_4bit_quant_storage={text}", Replace(bnb.node, new))
 
 
 def _visible(a, name, bnb, load):

@@ -160,12 +160,20 @@ class ExpertsAsBareParameters(Rule):
             targets = a.value(tm, lc.scope)
             if targets is UNKNOWN:
                 continue
-            targets = {targets} if isinstance(targets, str) else {t for t in targets if isinstance(t, str)}
+            if isinstance(targets, str):
+                targets = {targets}
+            elif isinstance(targets, (list, tuple, set, frozenset)):
+                targets = {t for t in targets if isinstance(t, str)}
+            else:  # None, a number...: not a list of module names
+                continue
             tp = a.keyword(lc, "target_parameters")
             tparams = a.value(tp, lc.scope) if tp is not None and tp is not UNKNOWN else []
             if tp is UNKNOWN or tparams is UNKNOWN:
                 continue
-            tparams = {tparams} if isinstance(tparams, str) else set(tparams or [])
+            if isinstance(tparams, str):
+                tparams = {tparams}
+            else:
+                tparams = set(tparams) if isinstance(tparams, (list, tuple, set, frozenset)) else set()
             configs.append((lc, targets, {p.rsplit(".", 1)[-1] for p in tparams if isinstance(p, str)}))
         if not configs:
             return

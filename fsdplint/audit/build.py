@@ -20,6 +20,8 @@ class TargetCoverage:
     target: str
     modules: int
     note: str = ""
+    # Names (relative to the base model) of the LoRA layers this target created.
+    names: list = field(default_factory=list)
 
 
 @dataclass
@@ -222,7 +224,7 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
     try:
         # On meta, so adapter init (kaiming/zeros) costs nothing even for 405B-class models.
         with torch.device("meta"):
-            model = peft.get_peft_model(built.base, config)
+            model = peft.get_peft_model(built.base, config, autocast_adapter_dtype=spec.autocast_adapter_dtype)
     except ValueError as e:
         # peft's own refusals (nothing matched, fused experts...) are findings, not crashes.
         built.problems.append(_classify_peft_error(e, config))
@@ -230,12 +232,22 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
             p.requires_grad_(False)
         built.coverage = [TargetCoverage(t, 0) for t in (built.user_targets or [])]
         return
+    if spec.cast_after_lora:
+        _cast_floats(model, torch_dtype(spec.cast_after_lora))
     built.model = model
     built.lora_applied = True
     built.peft_trainable = model.get_nb_trainable_parameters()[0]
     final = model.peft_config["default"]
     # No targets given: peft picked its defaults for the architecture; report those.
     built.coverage = _coverage(model, built.user_targets or _as_targets(final.target_modules), final)
+
+
+def _cast_floats(model, dtype) -> None:
+    """`model.to(dtype)` as a script does it after get_peft_model; 4/8-bit weights keep their kind."""
+    for mod in model.modules():
+        for name, p in mod._parameters.items():
+            if p is not None and p.is_floating_point() and type(p).__name__ not in ("Params4bit", "Int8Params"):
+                p.data = p.data.to(dtype)
 
 
 def _as_targets(tm) -> Optional[list[str]]:
@@ -273,15 +285,15 @@ def _coverage(model, targets: Optional[list[str]], final_config) -> list[TargetC
     for t in targets:
         if t == "all-linear" or (len(targets) == 1 and isinstance(final_config.target_modules, str)
                                  and t == final_config.target_modules):
-            n = sum(1 for k in layers if t == "all-linear" or re.fullmatch(t, k))
-            out.append(TargetCoverage(t, n, "all linear layers" if t == "all-linear" else "regex"))
+            hit = [k for k in layers if t == "all-linear" or re.fullmatch(t, k)]
+            out.append(TargetCoverage(t, len(hit), "all linear layers" if t == "all-linear" else "regex", hit))
             continue
-        n = sum(1 for k in layers if k == t or k.endswith("." + t))
+        hit = [k for k in layers if k == t or k.endswith("." + t)]
         note = ""
-        if n == 0 and t in converted:
-            n = sum(1 for k in layers if k.endswith(".experts") or ".experts." in k)
+        if not hit and t in converted:
+            hit = [k for k in layers if k.endswith(".experts") or ".experts." in k]
             note = "peft converted it to target_parameters (fused experts)"
-        out.append(TargetCoverage(t, n, note))
+        out.append(TargetCoverage(t, len(hit), note, hit))
     return out
 
 
