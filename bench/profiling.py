@@ -1,78 +1,79 @@
-"""Profile one fsdplint run with pyinstrument and summarise the top costs as markdown lines."""
+"""Profile one fsdplint run with py-spy and summarise the top costs as markdown lines.
+
+py-spy samples every thread of the process (fsdplint lints in a worker thread with a deep
+stack), and needs no change to the profiled code. Install it with `pip install py-spy`.
+"""
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 TOP = 15
+RATE = 200  # samples per second
+
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
-def _short(path: str | None) -> str:
-    """`.../site-packages/libcst/_nodes/base.py` -> `libcst/_nodes/base.py` (no machine paths)."""
-    if not path:
-        return "?"
-    p = Path(path)
-    for marker in ("site-packages", "lib"):
-        if marker in p.parts:
-            idx = len(p.parts) - 1 - p.parts[::-1].index(marker)
-            return "/".join(p.parts[idx + 1:])
-    for anchor in ("fsdplint", "rules"):
-        if anchor in p.parts:
-            return "/".join(p.parts[p.parts.index(anchor):])
-    return p.name
+def _frame_key(frame: str) -> tuple[str, str]:
+    m = _FRAME.match(frame.strip())
+    if not m:
+        return frame.strip(), ""
+    path = m.group("file")
+    for marker in ("site-packages/", "python3.11/", "lib/python3"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return m.group("func"), path
 
 
-def _walk(frame, stack: frozenset, self_t: dict, cum_t: dict) -> None:
-    key = (frame.function or "?", _short(frame.file_path))
-    self_t[key] += frame.total_self_time
-    if key not in stack:  # count recursion once
-        cum_t[key] += frame.time
-        stack = stack | {key}
-    for child in frame.children:
-        _walk(child, stack, self_t, cum_t)
-
-
-def summarise(session_path: Path, top: int = TOP) -> list[str]:
-    from pyinstrument.session import Session
-
-    session = Session.load(str(session_path))
-    root = session.root_frame()
-    if root is None:
+def summarise(raw: Path, top: int = TOP) -> list[str]:
+    """Self and cumulative time per function from py-spy's collapsed-stack output."""
+    self_n: dict = defaultdict(int)
+    cum_n: dict = defaultdict(int)
+    total = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [_frame_key(f) for f in stack.split(";")]
+        if frames[-1][0] == "Thread._wait_for_tstate_lock":  # the main thread waiting for the lint thread
+            continue
+        total += n
+        self_n[frames[-1]] += n
+        for key in set(frames):
+            cum_n[key] += n
+    if not total:
         return ["(empty profile)"]
-    self_t: dict = defaultdict(float)
-    cum_t: dict = defaultdict(float)
-    _walk(root, frozenset(), self_t, cum_t)
-    total = session.duration
-    out = [f"Wall {total:.2f} s under the profiler (sampling). Top {top} by self time:", "",
+    secs = 1 / RATE
+    out = [f"{total} samples at {RATE}/s ≈ {total * secs:.1f} s of CPU in the profiled process. "
+           f"Top {top} functions by self time:", "",
            "| self s | % | function | file |", "|---|---|---|---|"]
-    for (fn, path), t in sorted(self_t.items(), key=lambda kv: -kv[1])[:top]:
-        out.append(f"| {t:.2f} | {100 * t / total:.0f} | `{fn}` | `{path}` |")
-    out += ["", f"Top {top} fsdplint/rules functions by cumulative time:", "",
+    for (fn, path), n in sorted(self_n.items(), key=lambda kv: -kv[1])[:top]:
+        out.append(f"| {n * secs:.2f} | {100 * n / total:.0f} | `{fn}` | `{path}` |")
+    own = [(k, n) for k, n in cum_n.items() if k[1].startswith(("fsdplint/", "rules/")) or "parse_module" in k[0]]
+    out += ["", f"Top {top} fsdplint functions (and libcst's parse) by cumulative time:", "",
             "| cumulative s | % | function | file |", "|---|---|---|---|"]
-    own = [(k, t) for k, t in cum_t.items() if k[1].startswith(("fsdplint/", "rules/"))]
-    for (fn, path), t in sorted(own, key=lambda kv: -kv[1])[:top]:
-        out.append(f"| {t:.2f} | {100 * t / total:.0f} | `{fn}` | `{path}` |")
+    for (fn, path), n in sorted(own, key=lambda kv: -kv[1])[:top]:
+        out.append(f"| {n * secs:.2f} | {100 * n / total:.0f} | `{fn}` | `{path}` |")
     return out
 
 
-def profile(argv: list[str], workdir: Path, corpus_root: Path, echo=print) -> list[str]:
-    """Run `fsdplint ARGV` under pyinstrument; write the html/session to workdir; return a summary."""
-    try:
-        import pyinstrument  # noqa: F401
-    except ImportError:
-        return ["Profile: pyinstrument is not installed (`pip install pyinstrument`)."]
+def profile(argv: list[str], workdir: Path, echo=print) -> list[str]:
+    """Run `fsdplint ARGV` under py-spy; keep the raw stacks in workdir; return a markdown summary."""
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(pyspy).exists():
+        return ["Profile: py-spy is not installed (`pip install py-spy`)."]
     workdir.mkdir(parents=True, exist_ok=True)
-    session = workdir / "fsdplint.pyisession"
-    cmd = [sys.executable, "-m", "pyinstrument", "-r", "pyisession", "-o", str(session), "-m", "fsdplint", *argv]
+    raw = workdir / "fsdplint.collapsed.txt"
+    cmd = [pyspy, "record", "-r", str(RATE), "-f", "raw", "-o", str(raw), "--", *argv]
     echo("  profiling: " + " ".join(cmd))
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if not session.exists():
-        return [f"Profile failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"]
-    html = workdir / "fsdplint.html"
-    subprocess.run([sys.executable, "-m", "pyinstrument", "--load", str(session), "-r", "html", "-o", str(html)],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    echo(f"  profile written to {html}")
-    return summarise(session)
+    if not raw.exists():
+        return [f"Profile failed (exit {proc.returncode}): {' | '.join(proc.stderr.strip().splitlines()[-2:])}"]
+    echo(f"  stacks written to {raw} (e.g. open with speedscope or flamegraph.pl)")
+    return summarise(raw)

@@ -9,7 +9,7 @@ Run from the repository root with the project venv active:
 Scenarios: corpus (fsdplint vs libcst parse-only vs TorchFix), single (one-file latency),
 audit (`fsdplint model` on Llama-3 configs), scaling (-j 1/-j 2, 1x/2x/4x corpus), bigfile
 (one generated 1.25/2.5/5 MB file), profile
-(pyinstrument on the corpus lint; opt-in). A tool that is missing or fails is reported as such.
+(py-spy on the corpus lint; opt-in). A tool that is missing or fails is reported as such.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import datetime
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,7 +70,6 @@ class Fsdplint:
     no_cache: bool = False
     model_ok: bool = False
     model_why: str = ""
-    model_help: str = ""
     base: list[str] = field(default_factory=list)  # the bare `fsdplint` command
 
     @classmethod
@@ -92,12 +92,12 @@ class Fsdplint:
             tool.jobs_flag = "-j"
         tool.no_cache = "--no-cache" in text
         rc, text = _probe([*tool.lint_args(1), str(SAMPLE)])
-        tool.lint_ok = rc in (0, 1)
+        tool.lint_ok = rc in (0, 1) and "Traceback (most recent call last)" not in text
         if not tool.lint_ok:
             tool.lint_why = f"`fsdplint {SAMPLE.name}` exited {rc}: " + " | ".join(text.strip().splitlines()[-2:])[:300]
         rc, text = _probe([*cmd, "model", "--help"])
         tool.base = cmd
-        tool.model_ok, tool.model_help = rc == 0, text
+        tool.model_ok = rc == 0
         if rc != 0:
             tool.model_why = "`fsdplint model --help` failed: " + " | ".join(text.strip().splitlines()[-2:])[:300]
         return tool
@@ -120,6 +120,7 @@ class Bench:
     corpora: dict[int, corpus_mod.Corpus] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)
     bigfiles: dict[int, corpus_mod.Corpus] = field(default_factory=dict)
+    warmed: set = field(default_factory=set)
 
     # -- helpers ------------------------------------------------------------------------------------
     def corpus(self, copies: int) -> corpus_mod.Corpus:
@@ -135,6 +136,13 @@ class Bench:
             self.results[key] = fn()
         return self.results[key]
 
+    def warmup(self, tool: str) -> int:
+        """One warm-up run the first time a tool runs (bytecode, page cache), none after."""
+        if tool in self.warmed:
+            return 0
+        self.warmed.add(tool)
+        return 1
+
     def logfile(self, key: str) -> Path:
         (WORK / "logs").mkdir(parents=True, exist_ok=True)
         return WORK / "logs" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".out")
@@ -143,8 +151,8 @@ class Bench:
     def parse_only(self, jobs: int, copies: int = 1) -> Result:
         key = f"parse-only -j {jobs} x{copies}"
         cmd = [sys.executable, str(BENCH / "parse_only.py"), "-j", str(jobs), str(self.corpus(copies).root)]
-        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, ok_codes=(0,), log=self.logfile(key),
-                                              sample_tree=jobs > 1, echo=log))
+        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, warmup=self.warmup("parse-only"),
+                                              ok_codes=(0,), log=self.logfile(key), sample_tree=jobs > 1, echo=log))
 
     def lint(self, jobs: int, copies: int = 1) -> Result:
         key = f"fsdplint -j {jobs} x{copies}"
@@ -154,8 +162,8 @@ class Bench:
         if tool.jobs_flag is None and jobs != 1:
             return self.results.setdefault(key, unavailable(key, tool.cmd, "the CLI has no -j/--jobs option"))
         cmd = [*tool.lint_args(jobs), str(self.corpus(copies).root)]
-        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, log=self.logfile(key),
-                                              sample_tree=jobs > 1, echo=log))
+        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, warmup=self.warmup("fsdplint"),
+                                              log=self.logfile(key), sample_tree=jobs > 1, echo=log))
 
     def torchfix(self, jobs: int) -> Result:
         key = f"torchfix -j {jobs} x1"
@@ -189,7 +197,8 @@ class Bench:
             self.results[key] = unavailable(key, tool.cmd, tool.lint_why)
             return
         cmd = [*tool.lint_args(None), str(SAMPLE)]
-        self.once(key, lambda: measure(key, cmd, runs=runs, log=self.logfile(key), echo=log))
+        self.once(key, lambda: measure(key, cmd, runs=runs, warmup=self.warmup("fsdplint"), log=self.logfile(key),
+                                       echo=log))
         self.notes["single"] = self._import_check(cmd)
 
     def _import_check(self, cmd: list[str]) -> list[str]:
@@ -210,7 +219,6 @@ class Bench:
 
     def scenario_audit(self) -> None:
         tool = self.fsdplint
-        first = True
         for config in CONFIGS:
             for ws in WORLD_SIZES:
                 key = f"audit {config} @{ws}"
@@ -218,9 +226,8 @@ class Bench:
                 if not tool.model_ok:
                     self.results[key] = unavailable(key, cmd, tool.model_why)
                     continue
-                self.once(key, lambda cmd=cmd, key=key, warm=first: measure(
-                    key, cmd, runs=self.args.audit_runs, warmup=int(warm), log=self.logfile(key), echo=log))
-                first = False
+                self.once(key, lambda cmd=cmd, key=key: measure(
+                    key, cmd, runs=self.args.audit_runs, warmup=self.warmup("audit"), log=self.logfile(key), echo=log))
 
     def scenario_scaling(self) -> None:
         for jobs in (1, 2):
@@ -245,19 +252,19 @@ class Bench:
                     continue
                 else:
                     cmd = [*self.fsdplint.lint_args(None), str(big.root)]
-                self.once(key, lambda cmd=cmd, key=key: measure(key, cmd, runs=self.args.runs, warmup=0,
+                self.once(key, lambda cmd=cmd, key=key: measure(key, cmd, runs=self.args.bigfile_runs, warmup=0,
                                                                 log=self.logfile(key), echo=log))
 
     def scenario_profile(self) -> None:
-        """pyinstrument over the one-job corpus lint; the top costs go into results.md."""
+        """py-spy over the one-job corpus lint; the top costs go into results.md."""
         import profiling
 
         tool = self.fsdplint
         if not tool.lint_ok:
             self.notes["profile"] = [f"Profile: fsdplint not available ({tool.lint_why})."]
             return
-        argv = [*tool.lint_args(1)[1:], str(self.corpus(1).root)]
-        self.notes["profile"] = profiling.profile(argv, WORK / "profile", self.corpus(1).root, echo=log)
+        argv = [*tool.lint_args(1), str(self.corpus(1).root)]
+        self.notes["profile"] = profiling.profile(argv, WORK / "profile", echo=log)
 
 
 def setup_torchfix() -> None:
@@ -294,9 +301,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--only", default=",".join(SCENARIOS),
                     help=f"comma-separated scenarios: {', '.join(SCENARIOS + OPTIONAL)} (default: all but profile)")
     ap.add_argument("--runs", type=int, default=3, help="measured runs per corpus command (median, min, max)")
-    ap.add_argument("--torchfix-runs", type=int, default=3, help="measured runs per TorchFix command")
+    ap.add_argument("--torchfix-runs", type=int, default=2, help="measured runs per TorchFix command")
     ap.add_argument("--single-runs", type=int, default=10, help="measured runs per one-file command")
-    ap.add_argument("--audit-runs", type=int, default=3, help="measured runs per model-audit command")
+    ap.add_argument("--audit-runs", type=int, default=2, help="measured runs per model-audit command")
+    ap.add_argument("--bigfile-runs", type=int, default=1, help="measured runs per big-file command")
     ap.add_argument("--jobs", default="1,2", help="job counts for the corpus scenario (default 1,2)")
     ap.add_argument("--corpus", choices=("subset", "full"), default="subset",
                     help="the fixed subset (default) or the full library trees (hours with TorchFix)")
@@ -317,6 +325,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    # On SIGTERM, unwind normally so the temporary corpus copies are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = datetime.datetime.now()
     tool = Fsdplint.probe()
     log(f"fsdplint lint: {'ok' if tool.lint_ok else tool.lint_why}; jobs flag: {tool.jobs_flag}; "

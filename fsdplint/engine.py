@@ -196,7 +196,8 @@ def lint_text(
         for r in ctx.reports:
             if r.fix is not None:
                 nodes.extend(r.fix.nodes())
-        pos = Positions(module, text, nodes)
+        # Rules that asked for line numbers already paid for every node's position.
+        pos = ctx.__dict__.get("_all_positions") or Positions(module, text, nodes)
         seen = set()
         for r in ctx.reports:
             start, end = pos.range(r.node)

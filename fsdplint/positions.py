@@ -35,10 +35,20 @@ class _OffsetState(CodegenState):
     def pop_trailing_newline(self) -> None:
         pass
 
+    current_indent: tuple = ()
+
+    def increase_indent(self, value: str) -> None:
+        super().increase_indent(value)
+        self.current_indent = tuple(self.indent_tokens)
+
+    def decrease_indent(self) -> None:
+        super().decrease_indent()
+        self.current_indent = tuple(self.indent_tokens)
+
     def before_codegen(self, node) -> None:
         self.stack.append(self.offset)
-        if self.wanted is not None and id(node) in self.wanted:
-            self.indents[id(node)] = list(self.indent_tokens)
+        if self.wanted is None or id(node) in self.wanted:
+            self.indents[id(node)] = self.current_indent
 
     def after_codegen(self, node) -> None:
         start = self.stack.pop()

@@ -265,10 +265,7 @@ class _Extractor:
             node = launch.get("num_processes").node
             self._at("fsdp.world_size", node)
         else:
-            f["world_size"] = DEFAULT_WORLD_SIZE
             self.s.world_size_assumed = True
-            self.s.notes.append(f"world size not fixed by the script or its launch config: "
-                                f"audited at {DEFAULT_WORLD_SIZE} ranks")
         if version == 1:
             self._fsdp1(f, fsdp1, launch)
         else:
@@ -477,6 +474,13 @@ def build_spec(settings: ScriptSettings, model_config: Path, filename: str):
         raw["dtype"] = settings.dtype
     if settings.fsdp is not None:
         raw["fsdp"] = dict(raw.get("fsdp") or {}, **settings.fsdp)
+        if settings.world_size_assumed:
+            if "world_size" in raw["fsdp"]:
+                settings.world_size_assumed = False  # the audit spec fixes it
+            else:
+                raw["fsdp"]["world_size"] = DEFAULT_WORLD_SIZE
+                settings.notes.append(f"world size not fixed by the script or its launch config: audited at "
+                                      f"{DEFAULT_WORLD_SIZE} ranks")
     spec = spec_from_dict(raw, filename=filename, base_dir=path.parent, locations=settings.locations)
     spec.autocast_adapter_dtype = settings.autocast_adapter_dtype
     spec.cast_after_lora = settings.cast_after_lora
@@ -539,14 +543,17 @@ def audit_script(text: str, filename: str, model_config: Path, settings, static:
         label += f", FSDP{result.plan.version} at world size {result.plan.world_size}"
         label += " (assumed)" if s.world_size_assumed else ""
     merged = list(static)
+    static_codes = {g.code for g in static if g.filename == filename}
     for f in result.findings:
+        same = [g for g in merged if g.code == f.code and g.start.row == f.start.row and g.filename == filename]
+        if f.code in static_codes and not same:
+            continue  # the static pass already explains this problem at the line that causes it
         if noqa.suppresses(f.code, (f.start.row,)):
             continue
         line = lines[f.start.row - 1] if 0 < f.start.row <= len(lines) else ""
         new = replace(f, message=f"{f.message} [{label}]", source_line=line)
         # One finding per code and line: the audit ran the real libraries, so it replaces
         # the static finding there (keeping its fix, if any).
-        same = [g for g in merged if g.code == f.code and g.start.row == f.start.row and g.filename == filename]
         for g in same:
             merged.remove(g)
             if g.fix is not None and new.fix is None:

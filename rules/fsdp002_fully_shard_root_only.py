@@ -6,7 +6,7 @@ from fsdplint.audit.examples import spec
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, RemoveStatement, unsafe
 from fsdplint.resolve import dotted
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import Invalid, Rule, Valid
 
 
 
@@ -93,6 +93,21 @@ class FullyShardRootOnly(Rule):
         fully_shard(model)
         """,
     ]
+    VALID += [
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": (
+                "distributed_type: FSDP\n"
+                "fsdp_config:\n"
+                "  fsdp_version: 2\n"
+                "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+            )},
+        ),
+    ]
     INVALID = [
         Invalid(
             """
@@ -101,6 +116,20 @@ class FullyShardRootOnly(Rule):
             model = get_peft_model(model, cfg)
             fully_shard(model)
             """,
+            line=4,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": (
+                "distributed_type: FSDP\n"
+                "fsdp_config:\n"
+                "  fsdp_version: 2\n"
+                "  fsdp_auto_wrap_policy: NO_WRAP\n"
+            )},
             line=4,
         ),
         Invalid(
@@ -138,6 +167,14 @@ class FullyShardRootOnly(Rule):
 
     def check(self, ctx) -> None:
         a = ctx.analysis
+        setting = _launch_no_wrap(a)
+        if setting is not None:
+            ctx.report_setting(
+                setting,
+                "The FSDP2 launch config sets auto_wrap_policy NO_WRAP: accelerate shards no transformer block, "
+                "so the root unit holds all layers and each rank all-gathers them together for forward and "
+                "backward. Use TRANSFORMER_BASED_WRAP so each decoder layer is its own unit.",
+            )
         shard_calls = a.calls("fully_shard")
         # "Only the root" needs every fully_shard call of the file to shard one and the same model:
         # calls on other names may be submodules we cannot trace (`embed = model.get_input_embeddings()`).
@@ -223,3 +260,16 @@ def _contains(tree, node) -> bool:
 
     tree.visit(_Find())
     return bool(found)
+
+
+def _launch_no_wrap(a):
+    """The FSDP2 launch config's `auto_wrap_policy: NO_WRAP` setting, if nothing else wraps."""
+    launch = getattr(a, "launch", None)
+    if launch is None or launch.fsdp_version != 2:
+        return None
+    s = launch.get("auto_wrap_policy")
+    if s is None or str(s.value).strip().upper() != "NO_WRAP":
+        return None
+    if launch.value("transformer_layer_cls_to_wrap") or launch.value("min_num_params"):
+        return None
+    return s

@@ -1,6 +1,6 @@
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import Invalid, Rule, Valid
 
 # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
 _POLICY_POSITION = 4
@@ -81,7 +81,38 @@ class OversizedWrapUnit(Rule):
         model = FSDP(model, **get_fsdp_kwargs(cfg))
         """,
     ]
+    VALID += [
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": (
+                "distributed_type: FSDP\n"
+                "fsdp_config:\n"
+                "  fsdp_version: 1\n"
+                "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n"
+            )},
+        ),
+    ]
     INVALID = [
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": (
+                "distributed_type: FSDP\n"
+                "fsdp_config:\n"
+                "  fsdp_version: 1\n"
+                "  fsdp_auto_wrap_policy: NO_WRAP\n"
+                "  fsdp_use_orig_params: true\n"
+            )},
+            line=4,
+        ),
         Invalid(
             """
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -123,6 +154,14 @@ class OversizedWrapUnit(Rule):
 
     def check(self, ctx) -> None:
         a = ctx.analysis
+        setting = _launch_no_wrap(a, 1)
+        if setting is not None:
+            ctx.report_setting(
+                setting,
+                "The FSDP1 launch config sets auto_wrap_policy NO_WRAP: the whole model is one FSDP unit, "
+                "all-gathered whole for every forward and backward, so each rank peaks at the full model size. "
+                "Use TRANSFORMER_BASED_WRAP (with transformer_layer_cls_to_wrap set to the decoder layer class).",
+            )
         if a.calls("fsdp_wrap", "enable_wrap"):
             return  # manual wrapping of submodules
         roots = [e for e in a.events("wrap1") if e.ref is not None and not e.ref.child and e.entity]
@@ -168,3 +207,16 @@ class OversizedWrapUnit(Rule):
                                  f"parameters ({100 * unit.numel / total:.0f}%): it is all-gathered as a whole, "
                                  f"so sharding saves little. Wrap smaller modules (the transformer blocks).",
                            unit=unit.name, field="fsdp.wrap")
+
+
+def _launch_no_wrap(a, version):
+    """The launch config's `auto_wrap_policy: NO_WRAP` setting for this FSDP version, if nothing else wraps."""
+    launch = getattr(a, "launch", None)
+    if launch is None or launch.fsdp_version != version:
+        return None
+    s = launch.get("auto_wrap_policy")
+    if s is None or str(s.value).strip().upper() != "NO_WRAP":
+        return None
+    if launch.value("transformer_layer_cls_to_wrap") or launch.value("min_num_params"):
+        return None  # TrainingArguments turn these into a wrap policy
+    return s

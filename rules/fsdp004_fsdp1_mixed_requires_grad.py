@@ -8,6 +8,16 @@ from fsdplint.rule import Invalid, Rule, Valid
 
 # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
 _POLICY_POSITION = 4
+_ACCELERATE_FSDP1 = (
+    "distributed_type: FSDP\n"
+    "fsdp_config:\n"
+    "  fsdp_version: 1\n"
+    "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+    "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n"
+    "  fsdp_use_orig_params: {orig}\n"
+)
+# accelerate's named policies that never give LoRA layers their own unit.
+_MIXING_LAUNCH_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 
 
 class Fsdp1MixedRequiresGrad(Rule):
@@ -115,7 +125,40 @@ class Fsdp1MixedRequiresGrad(Rule):
             target={"torch": "2.0"},
         ),
     ]
+    VALID += [
+        # The Trainer swaps in peft's policy for PEFT models (transformers update_fsdp_plugin_peft).
+        Valid(
+            """
+            from peft import get_peft_model
+            from transformers import Trainer
+            model = get_peft_model(model, lora_config)
+            Trainer(model=model, args=args).train()
+            """,
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            from peft import get_peft_model
+            accelerator = Accelerator()
+            model = get_peft_model(model, lora_config)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="true")},
+        ),
+    ]
     INVALID = [
+        Invalid(
+            """
+            from accelerate import Accelerator
+            from peft import get_peft_model
+            accelerator = Accelerator()
+            model = get_peft_model(model, lora_config)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+            line=6,
+        ),
         Invalid(
             """
             from peft import get_peft_model
@@ -209,6 +252,7 @@ class Fsdp1MixedRequiresGrad(Rule):
         manual = bool(a.calls("fsdp_wrap", "enable_wrap")) or any(
             e.ref is None or e.ref.child for e in a.events("wrap1")
         )
+        self._check_launch(ctx, tv)
         for t in a.timelines:
             for ev in t.of("wrap1"):
                 if ev.ref is None or ev.ref.child or ev.entity is None:
@@ -249,6 +293,36 @@ class Fsdp1MixedRequiresGrad(Rule):
                     f"own units), or use_orig_params=True (more gradient memory).",
                     fix=_orig_params_fix(ctx, call),
                 )
+
+    def _check_launch(self, ctx, tv) -> None:
+        """accelerate FSDP1 with a named policy: `accelerator.prepare` of a LoRA model mixes units."""
+        a = ctx.analysis
+        launch = getattr(a, "launch", None)
+        if launch is None or launch.fsdp_version != 1 or a.calls("Trainer"):
+            return  # the Trainer switches PEFT models to peft's policy itself
+        policy = launch.get("auto_wrap_policy")
+        if str(policy.value if policy is not None else "NO_WRAP").strip().upper() not in _MIXING_LAUNCH_POLICIES:
+            return
+        uop = launch.get("use_orig_params")
+        orig = _truthy(uop.value) if uop is not None else False
+        if orig is None or (orig and not tv < "2.1"):
+            return
+        for t in a.timelines:
+            for p in t.of("prepare"):
+                if p.entity is None or not [e for e in t.before(p, ("lora",)) if _trains_adapter(a, e)]:
+                    continue
+                if tv < "2.1":
+                    msg = (f"accelerate wraps this LoRA model with FSDP1 and a policy that puts frozen and trainable "
+                           f"parameters in one unit; on {tv.describe()} that fails even with use_orig_params=True "
+                           f"(pytorch#100945). Upgrade to torch >= 2.1, or wrap with peft's fsdp_auto_wrap_policy.")
+                else:
+                    msg = ("accelerate wraps this LoRA model with FSDP1, use_orig_params=false and a policy that "
+                           "puts frozen base weights and trainable LoRA weights in one unit: wrapping raises "
+                           "\"ValueError: ... has both parameters with requires_grad=True and False\". Set "
+                           "fsdp_use_orig_params: true, or set the plugin's auto_wrap_policy to peft's "
+                           "fsdp_auto_wrap_policy(model) before prepare.")
+                ctx.report_setting(uop or policy, msg, fallback=p.node)
+                return
 
     def audit(self, ctx):
         plan = ctx.plan
@@ -313,3 +387,12 @@ def _orig_params_fix(ctx, call):
         return None
     last = call.node.args[-1].value
     return unsafe("Set use_orig_params=True", Replace(last, ctx.code(last) + ", use_orig_params=True"))
+
+
+def _truthy(v):
+    """True/False for YAML or Python booleans, None when unknown."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.strip().lower() in ("true", "1", "yes")
+    return None

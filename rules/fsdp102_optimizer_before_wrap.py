@@ -6,7 +6,7 @@ from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, RemoveStatement, unsafe
 from fsdplint.resolve import dotted
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import Invalid, Rule, Valid
 
 
 class OptimizerBeforeWrap(Rule):
@@ -20,7 +20,8 @@ class OptimizerBeforeWrap(Rule):
     ## What it does
     Finds an optimizer built from a model's parameters before the model is wrapped with
     `FullyShardedDataParallel` (with `use_orig_params=False`, the default) or sharded with `fully_shard`,
-    and never rebuilt afterwards.
+    and never rebuilt afterwards; and, under an accelerate FSDP2 launch config, a model prepared in an
+    `accelerator.prepare` call without its optimizer.
 
     ## Why is this bad?
     FSDP shards in place and replaces the parameters: FSDP1 flattens them into `FlatParameter`s, FSDP2
@@ -47,7 +48,7 @@ class OptimizerBeforeWrap(Rule):
     block. Code in between that used the optimizer (a scheduler, a checkpoint load) must move too.
 
     ## Versions
-    All versions of torch.
+    All versions of torch. The accelerate FSDP2 check follows accelerate's own `prepare` (1.15).
 
     ## References
     - PyTorch FSDP docs (torch 2.0 fsdp.html): "the optimizer must be initialized after the module has been
@@ -96,6 +97,16 @@ class OptimizerBeforeWrap(Rule):
         fully_shard(model)
         optimizer = torch.optim.AdamW(model.parameters())
         """,
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
+        ),
         # Another model's optimizer.
         """
         import torch
@@ -166,14 +177,30 @@ class OptimizerBeforeWrap(Rule):
             """,
             line=6,
         ),
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            model = accelerator.prepare(model)
+            optimizer = accelerator.prepare(optimizer)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
+            line=5,
+        ),
     ]
 
     def check(self, ctx) -> None:
         a = ctx.analysis
+        launch = getattr(a, "launch", None)
+        fsdp2_launch = launch is not None and launch.fsdp_version == 2
         for t in a.timelines:
             for opt in t.of("optimizer"):
                 if opt.entity is None:
                     continue
+                if fsdp2_launch:
+                    _check_separate_prepare(ctx, t, opt)
                 if _prepared_together(t, opt):
                     continue
                 wraps = [w for w in t.after(opt, ("wrap1", "shard2")) if _replaces_params(a, w)]
@@ -195,6 +222,23 @@ class OptimizerBeforeWrap(Rule):
                     "train. Build the optimizer after wrapping, from the wrapped model's parameters.",
                     fix=_move_fix(ctx, opt, [x for x in wraps if x.step.prefix == opt.step.prefix]),
                 )
+
+
+def _check_separate_prepare(ctx, t, opt) -> None:
+    """accelerate FSDP2: the model prepared in a call without its optimizer."""
+    keys = {t.find(opt.step.key(n)) for n in _opt_names(opt)}
+    if not keys:
+        return
+    for p in t.of("prepare", opt.entity):
+        if not any(q.entity in keys for q in t.events if q.kind == "prepare" and q.step is p.step):
+            ctx.report(
+                p.call.node,
+                "With FSDP2 (launch config fsdp_version: 2) accelerate needs the model and its optimizer in one "
+                "prepare call, to point the optimizer at the sharded parameters; this call prepares the model "
+                "alone and raises \"ValueError: When using FSDP2, a model and optimizer must be passed together "
+                "to `Accelerator.prepare()`\". Use `model, optimizer = accelerator.prepare(model, optimizer)`.",
+            )
+            return
 
 
 def _replaces_params(a, w) -> bool:

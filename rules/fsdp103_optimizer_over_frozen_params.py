@@ -125,6 +125,32 @@ class OptimizerOverFrozenParams(Rule):
                 opt = bnb.optim.AdamW8bit(params=[p for p in peft_model.parameters() if p.requires_grad])
             """,
         ),
+        # The usual `main()` called once under `if __name__ == "__main__":` is fixed too.
+        Invalid(
+            """
+            import torch
+            from peft import LoraConfig, get_peft_model
+
+            def main():
+                model = get_peft_model(base, LoraConfig(target_modules=["q_proj"]))
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            line=6,
+            expected_fix="""
+            import torch
+            from peft import LoraConfig, get_peft_model
+
+            def main():
+                model = get_peft_model(base, LoraConfig(target_modules=["q_proj"]))
+                optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
         # Frozen by hand, then the optimizer over everything.
         Invalid(
             """
@@ -185,7 +211,15 @@ def _filter_fix(ctx, opt, params):
     start = ctx.line(opt.node)
     if any(_REQUIRES_GRAD_CHANGE.search(line) for line in ctx.source.splitlines()[start:]):
         return None
-    if opt.step.prefix:
+    if not _single_call_path(ctx.analysis, opt.step.prefix):
         return None  # inside a helper that other call sites may use differently
     text = ctx.code(params)
     return safe("Pass only the trainable parameters", Replace(params, f"[p for p in {text} if p.requires_grad]"))
+
+
+def _single_call_path(a, prefix: str) -> bool:
+    """Every helper inlined on the way to the optimizer (`main@12:`) is called once in the file."""
+    for name in re.findall(r"(\w+)@\d+:", prefix):
+        if sum(1 for c in a.c.calls if c.func and c.func.rsplit(".", 1)[-1] == name) != 1:
+            return False
+    return True

@@ -27,6 +27,13 @@ class LoraTargetNotFound(Rule):
     names that match no module: when none match, peft raises `ValueError: Target modules {...} not found
     in the base model`; when some match, peft silently drops the others.
 
+    It also warns, with the wording "possibly unintended", when the targets reach far fewer modules than
+    the user likely meant: none inside the decoder layers (only `lm_head`, or only a vision tower), or
+    modules in fewer than half of the decoder layers (e.g. `q_proj` on a hybrid mamba/attention model).
+    It stays silent when the config restricts layers on purpose (`layers_to_transform`, `layers_pattern`,
+    `exclude_modules`) or the targets are a regex or name a layer index. With `fsdplint train.py --model
+    config.json` these model-side findings point at the script's `target_modules=` line.
+
     In scripts, checks the literal `target_modules` of each `LoraConfig` against the module names of the
     architecture, when it is known: from the `--model` config (`model_type`), or from a well-known model id
     passed to `from_pretrained` (e.g. `meta-llama/Llama-3.1-8B`). Without a known architecture, a name is
@@ -181,21 +188,22 @@ class LoraTargetNotFound(Rule):
                              f"projections" + (f" (e.g. {', '.join(leaves[:6])})." if leaves else "."),
                        field="lora.target_modules")
             return
-        for c in built.coverage:
-            if not c.names or c.note or c.target == "all-linear" or any(ch.isdigit() for ch in c.target):
-                continue
-            layers = sorted({int(name[len(prefix) + 1:].split(".")[0]) for name in c.names
-                             if name.startswith(prefix + ".")})
-            if not layers or len(layers) * 2 >= n_layers:
-                continue
-            missing = [i for i in range(n_layers) if i not in set(layers)]
-            leaves = [x for x in _linear_leaves(built.base, prefix, missing) if x != c.target]
-            shown = ", ".join(map(str, layers[:6])) + (", ..." if len(layers) > 6 else "")
-            ctx.report(self, f"possibly unintended: LoRA target {c.target!r} matches modules in only "
-                             f"{len(layers)} of {n_layers} decoder layers ({prefix}.{{{shown}}}); the other layers "
-                             f"have no module of that name, so they train no adapter. If you meant every layer, add "
-                             f"targets that exist there" + (f" (e.g. {', '.join(leaves[:6])})." if leaves else "."),
-                       field="lora.target_modules")
+        named = [c for c in built.coverage if c.names and not c.note and c.target != "all-linear"]
+        if not named or len(named) < len(built.coverage) or any(ch.isdigit() for c in named for ch in c.target):
+            return
+        layers = sorted({int(name[len(prefix) + 1:].split(".")[0]) for c in named for name in c.names
+                         if name.startswith(prefix + ".")})
+        if len(layers) * 2 >= n_layers:
+            return
+        targets = sorted(c.target for c in named)
+        missing = [i for i in range(n_layers) if i not in set(layers)]
+        leaves = [x for x in _linear_leaves(built.base, prefix, missing) if x not in targets]
+        shown = ", ".join(map(str, layers[:6])) + (", ..." if len(layers) > 6 else "")
+        ctx.report(self, f"possibly unintended: the LoRA targets {targets} match modules in only {len(layers)} of "
+                         f"{n_layers} decoder layers ({prefix}.{{{shown}}}); the other layers have no module of "
+                         f"those names, so they train no adapter. If you meant every layer, add targets that exist "
+                         f"there" + (f" (e.g. {', '.join(leaves[:6])})." if leaves else "."),
+                   field="lora.target_modules")
 
     @staticmethod
     def _suggest(ctx, targets) -> str:

@@ -173,7 +173,7 @@ class ExpertsAsBareParameters(Rule):
             if isinstance(tparams, str):
                 tparams = {tparams}
             else:
-                tparams = set(tparams) if isinstance(tparams, (list, tuple, set, frozenset)) else set()
+                tparams = {p for p in tparams if isinstance(p, str)} if isinstance(tparams, (list, tuple, set, frozenset)) else set()
             configs.append((lc, targets, {p.rsplit(".", 1)[-1] for p in tparams if isinstance(p, str)}))
         if not configs:
             return

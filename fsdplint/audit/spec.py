@@ -298,11 +298,58 @@ def _parse_model(spec: AuditSpec, model: Any, model_source: str) -> None:
         if "model_type" not in cfg and "architectures" not in cfg:
             raise AuditInputError(f"{spec.model_source}: not a Hugging Face config "
                                   f"(no 'model_type' or 'architectures')")
+        check_model_size(cfg, spec.model_source)
         spec.config = cfg
     if model.get("dtype") is not None:
         spec.dtype = normalize_dtype(model["dtype"], f"{where}.dtype")
     if "trust_remote_code" in model:
         spec.trust_remote_code = _bool(model["trust_remote_code"], f"{where}.trust_remote_code")
+
+
+# Beyond any real model (the largest public ones are ~2e12 parameters and ~1e5 modules): such a
+# config is a typo, and building it, even on the meta device, would take hours.
+MAX_PARAMS = 10**13
+MAX_MODULES = 500_000
+_SIZE_FIELDS = {  # group: (config keys, largest value seen in real configs)
+    "layers": (("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers"), 256),
+    "hidden": (("hidden_size", "n_embd", "d_model", "n_embed", "dim"), 32768),
+    "inter": (("moe_intermediate_size", "intermediate_size", "n_inner", "ffn_dim", "d_ff"), 131072),
+    "experts": (("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), 512),
+    "vocab": (("vocab_size",), 1_000_000),
+}
+
+
+def _size_fields(cfg: Mapping) -> dict[str, tuple[str, int]]:
+    out = {}
+    for group, (keys, _) in _SIZE_FIELDS.items():
+        for k in keys:
+            v = cfg.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                out[group] = (k, v)
+                break
+    return out
+
+
+def check_model_size(cfg: Mapping, source: str, _path: str = "") -> None:
+    """Refuse configs whose rough parameter or module count (from the config alone) is absurd."""
+    for k, v in cfg.items():  # sub-configs (text_config, vision_config, ...)
+        if isinstance(v, Mapping):
+            check_model_size(v, source, f"{_path}{k}.")
+    f = _size_fields(cfg)
+    get = lambda g, default: f[g][1] if g in f else default  # noqa: E731
+    layers, hidden, experts, vocab = get("layers", 1), get("hidden", 0), get("experts", 1), get("vocab", 0)
+    inter = get("inter", 4 * hidden)
+    params = layers * (4 * hidden * hidden + 3 * hidden * inter * experts) + 2 * vocab * hidden
+    modules = layers * (10 + 4 * experts)
+    if params <= MAX_PARAMS and modules <= MAX_MODULES:
+        return
+    worst = max(f, key=lambda g: f[g][1] / _SIZE_FIELDS[g][1])
+    key, value = f[worst]
+    raise AuditInputError(
+        f"{source}: {_path}{key}: {value:,} makes a model of about {params:.1e} parameters in {modules:,} "
+        f"modules; fsdplint audits models up to {MAX_PARAMS:.0e} parameters and {MAX_MODULES:,} modules"
+        .replace("e+", "e")
+    )
 
 
 def _parse_lora(lora: Any, where: str, base_dir: Path) -> Optional[dict]:
