@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
 
-DOCS_URL = "https://fsdplint.readthedocs.io/en/latest/rules/{code}.html"
+DOCS_URL = "https://github.com/fsdplint/fsdplint/blob/main/docs/rules/{code}.md"
 
 
 class Severity(str, Enum):

@@ -94,7 +94,7 @@ def test_full_shows_source_line_with_caret_under_span():
     start = caret.index("^")
     assert lines[src][start:].startswith("get_peft_model")
     assert caret.count("^") == 14
-    assert "https://fsdplint.readthedocs.io/en/latest/rules/FSDP101.html" in out
+    assert "https://github.com/fsdplint/fsdplint/blob/main/docs/rules/FSDP101.md" in out
 
 
 def test_full_multiline_span_underlines_to_end_of_line_and_shows_fix():

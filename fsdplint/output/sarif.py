@@ -147,7 +147,7 @@ def build_log(findings) -> dict:
                         "name": "fsdplint",
                         "version": fsdplint.__version__,
                         "semanticVersion": fsdplint.__version__,
-                        "informationUri": "https://fsdplint.readthedocs.io/",
+                        "informationUri": "https://github.com/fsdplint/fsdplint",
                         "rules": descriptors,
                     }
                 },
