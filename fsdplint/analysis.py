@@ -160,14 +160,22 @@ class Timeline:
         return [e for e in self.events if e.kind == kind and (entity is None or e.entity == entity)]
 
     def before(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
+        """Events of these kinds on the entity that can run before `event` (not in an exclusive branch)."""
         kinds = set(kinds)
         ent = entity if entity is not None else event.entity
-        return [e for e in self.events if e.seq < event.seq and e.kind in kinds and e.entity == ent]
+        return [e for e in self.events if e.seq < event.seq and e.kind in kinds and e.entity == ent
+                and not self.exclusive(e, event)]
 
     def after(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
+        """Events of these kinds on the entity that can run after `event` (not in an exclusive branch)."""
         kinds = set(kinds)
         ent = entity if entity is not None else event.entity
-        return [e for e in self.events if e.seq > event.seq and e.kind in kinds and e.entity == ent]
+        return [e for e in self.events if e.seq > event.seq and e.kind in kinds and e.entity == ent
+                and not self.exclusive(e, event)]
+
+    def exclusive(self, a: Event, b: Event) -> bool:
+        """True when the two events sit in branches that never both run (`if x:` / `else:`, `elif`, ...)."""
+        return self.analysis.exclusive(a.step, b.step)
 
     def escapes(self, entity: Optional[str], event: Event) -> bool:
         """True when, before `event`, the model reaches code the analysis cannot see.
@@ -375,6 +383,58 @@ class ScriptAnalysis:
             if c is not None:
                 out.append(c)
         return out
+
+    # -- branches that exclude each other ------------------------------------------------
+    def exclusive(self, a: Step, b: Step) -> bool:
+        """True when `a` and `b` are in branches that cannot both run in one pass: `if c:` / `else:`,
+        `if m == "x":` / `elif m == "y":`, `if use_lora:` / `if not use_lora:` (tests compared as written).
+
+        Only `if`s outside loops count (an `if` in a loop can take both branches), and a test inside a
+        helper is only compared within the same inlined call of that helper.
+        """
+        la, lb = self._path_literals(a), self._path_literals(b)
+        return bool(la and lb) and any(_contradict(x, y) for x in la for y in lb)
+
+    def _path_literals(self, step: Step) -> tuple:
+        cache = self.__dict__.setdefault("_path_cache", {})
+        key = id(step)
+        hit = cache.get(key)
+        if hit is not None and hit[0] is step:
+            return hit[1]
+        import re
+
+        sites = self.site_calls(step)
+        items: list[Item] = [step.item] + (sites[1:] if step.call is not None else sites)
+        segments = re.findall(r"[^:]+@\d+:", step.prefix)
+        out: list[tuple] = []
+        for i, item in enumerate(items):
+            if any(outer.loops or getattr(outer, "whiles", 0) for outer in items[i + 1:]):
+                continue  # this helper runs in a loop: both branches of its `if`s may run
+            prefix = "".join(segments[: len(segments) - i]) if i else step.prefix
+            for g in item.guards:
+                test = getattr(g.node, "test", None)
+                if g.branch is None or g.loop_depth or test is None:
+                    continue
+                for lit in self._literals(test, g.branch == "body"):
+                    out.append((prefix,) + lit)
+        result = tuple(out)
+        cache[key] = (step, result)
+        return result
+
+    def _literals(self, expr: cst.BaseExpression, positive: bool) -> list[tuple]:
+        """A test as a conjunction of literals: ("atom", text, positive) or ("in", lhs, values, positive)."""
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            return self._literals(expr.expression, not positive)
+        if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And) == positive:
+            return self._literals(expr.left, positive) + self._literals(expr.right, positive)
+        if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+            comp = expr.comparisons[0]
+            op = comp.operator
+            values = _literal_values(comp.comparator, single=isinstance(op, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)))
+            if values is not None:
+                pos = positive if isinstance(op, (cst.Equal, cst.Is, cst.In)) else not positive
+                return [("in", _norm(self.code(expr.left)), values, pos)]
+        return [("atom", _norm(self.code(expr)), positive)]
 
     def rank_guard(self, step: Step) -> Optional[cst.CSTNode]:
         """The `if` that runs this step on some ranks only (`rank == 0`, `dist.get_rank() == 0`, ...), if any."""
@@ -773,6 +833,53 @@ class ScriptAnalysis:
                 # model.trainable_parameters(), get_param_groups(model), ...
                 return None, True
         return None, filtered
+
+
+def _norm(text: str) -> str:
+    text = "".join(text.split())
+    while text.startswith("(") and text.endswith(")") and text.count("(") == text.count(")"):
+        text = text[1:-1]
+    return text
+
+
+def _literal_values(expr: cst.BaseExpression, single: bool) -> Optional[frozenset]:
+    """The constant(s) a test compares with: `"a"`, `None`, `("a", "b")`; None when not constant."""
+    if single:
+        elements = [expr]
+    elif isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        elements = [e.value for e in expr.elements if not isinstance(e, cst.StarredElement)]
+        if len(elements) != len(expr.elements):
+            return None
+    else:
+        return None
+    out = set()
+    for e in elements:
+        if isinstance(e, (cst.SimpleString, cst.Integer)):
+            out.add(e.evaluated_value)
+        elif isinstance(e, cst.Name) and e.value in ("None", "True", "False"):
+            out.add({"None": None, "True": True, "False": False}[e.value])
+        else:
+            return None
+    return frozenset(out)
+
+
+def _contradict(x: tuple, y: tuple) -> bool:
+    """Two path literals (prefix, kind, ...) that cannot both hold."""
+    if x[0] != y[0] or x[1] != y[1]:
+        return False
+    if x[1] == "atom":
+        return x[2] == y[2] and x[3] != y[3]
+    _, _, lx, vx, px = x
+    _, _, ly, vy, py = y
+    if lx != ly:
+        return False
+    if px and py:
+        return not (vx & vy)
+    if px and not py:
+        return vx <= vy
+    if py and not px:
+        return vy <= vx
+    return False
 
 
 def analyze(module: cst.Module) -> ScriptAnalysis:

@@ -34,6 +34,10 @@ class Guard:
     kind: str  # "rank0", "not_rank0", "version", "other"
     node: cst.CSTNode
     text: str
+    # Which branch of the `if` holds the code ("body" / "orelse"; None for a conditional expression), and
+    # how many loops of the same function enclose the `if` (branches of an `if` in a loop can both run).
+    branch: Optional[str] = None
+    loop_depth: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Call:
     loops: tuple[Loop, ...]
     withs: tuple[cst.BaseExpression, ...]
     targets: list[cst.BaseExpression] = field(default_factory=list)
+    whiles: int = 0  # `while` loops around the call in its function (`loops` holds the `for` loops)
 
     def arg(self, index: int, keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
         if keyword is not None:
@@ -150,6 +155,7 @@ class Collector(cst.CSTVisitor):
         self._elifs: set[int] = set()
         self._seq = 0
         self._if_kinds: dict[int, str] = {}
+        self._whiles = 0  # `while` loops around the current statement (in the current function)
 
     # -- helpers -------------------------------------------------------------------
     def _next(self) -> int:
@@ -220,8 +226,10 @@ class Collector(cst.CSTVisitor):
 
     def visit_While(self, node) -> None:
         self._enter_stmt(node)
+        self._whiles += 1
 
     def leave_While(self, node) -> None:
+        self._whiles -= 1
         self._leave_stmt(node)
 
     def visit_Try(self, node) -> None:
@@ -252,7 +260,7 @@ class Collector(cst.CSTVisitor):
         self._if_kinds[id(node)] = kind
 
     def visit_If_body(self, node: cst.If) -> None:
-        self._guards.append(Guard(self._if_kinds[id(node)], node, ""))
+        self._guards.append(Guard(self._if_kinds[id(node)], node, "", "body", len(self._loops) + self._whiles))
 
     def leave_If_body(self, node: cst.If) -> None:
         self._guards.pop()
@@ -260,7 +268,7 @@ class Collector(cst.CSTVisitor):
     def visit_If_orelse(self, node: cst.If) -> None:
         kind = self._if_kinds[id(node)]
         flipped = {"rank0": "not_rank0", "not_rank0": "rank0"}.get(kind, "other" if kind != "version" else "version")
-        self._guards.append(Guard(flipped, node, ""))
+        self._guards.append(Guard(flipped, node, "", "orelse", len(self._loops) + self._whiles))
 
     def leave_If_orelse(self, node: cst.If) -> None:
         self._guards.pop()
@@ -297,12 +305,12 @@ class Collector(cst.CSTVisitor):
         self._scope_stack.append(scope)
         # A function body runs later, under the guards of its call site, not of its definition.
         self._saved = getattr(self, "_saved", [])
-        self._saved.append((self._guards, self._loops, self._withs))
-        self._guards, self._loops, self._withs = [], [], []
+        self._saved.append((self._guards, self._loops, self._withs, self._whiles))
+        self._guards, self._loops, self._withs, self._whiles = [], [], [], 0
 
     def leave_FunctionDef(self, node) -> None:
         self._scope_stack.pop()
-        self._guards, self._loops, self._withs = self._saved.pop()
+        self._guards, self._loops, self._withs, self._whiles = self._saved.pop()
         self._leave_stmt(node)
 
     # -- imports & bindings --------------------------------------------------------
@@ -378,6 +386,7 @@ class Collector(cst.CSTVisitor):
             guards=tuple(self._guards),
             loops=tuple(self._loops),
             withs=tuple(self._withs),
+            whiles=self._whiles,
         )
         self.calls.append(call)
         scope.calls.append(call)

@@ -94,6 +94,21 @@ class FullyShardRootOnly(Rule):
         """,
     ]
     VALID += [
+        # One helper inlined at two call sites: its per-layer calls are not "after" the other site's root call.
+        """
+        from torch.distributed.fsdp import fully_shard
+
+        def shard(model):
+            for layer in model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+
+        def main(model, use_lora):
+            if use_lora:
+                shard(model)
+            else:
+                shard(model)
+        """,
         Valid(
             """
             from accelerate import Accelerator
@@ -192,7 +207,10 @@ class FullyShardRootOnly(Rule):
                 if not roots:
                     continue
                 root = roots[0]
-                children = [e for e in events if e.ref.child and e.seq > root.seq]
+                # A helper inlined at several call sites repeats its calls: a per-layer call that already
+                # ran before the root is not "after" it.
+                earlier = {id(e.call.node) for e in events if e.ref.child and e.seq < root.seq}
+                children = [e for e in events if e.ref.child and e.seq > root.seq and id(e.call.node) not in earlier]
                 if children:
                     last = children[-1]
                     ctx.report(

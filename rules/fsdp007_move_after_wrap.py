@@ -1,4 +1,4 @@
-from fsdplint.analysis import QName
+from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 
@@ -23,7 +23,8 @@ class MoveAfterWrap(Rule):
     ## What it does
     Finds `model.to(device)` / `model.cuda()` on a model that was already wrapped with
     `FullyShardedDataParallel`, `fully_shard` (on the model or any of its layers), or prepared by accelerate
-    under an FSDP launch config.
+    under an FSDP launch config. For FSDP2 only moves of CPU-offloaded shards are reported: `fully_shard`
+    re-registers its shards after `nn.Module._apply`, so moving to the mesh's device is harmless there.
 
     ## Why is this bad?
     FSDP owns parameter placement: FSDP1 moves each unit to `device_id` and keeps `FlatParameter` shards
@@ -96,6 +97,31 @@ class MoveAfterWrap(Rule):
         model = FullyShardedDataParallel(model, device_id=rank)
         ref_model = ref_model.cuda()
         """,
+        # The move is in the branch that does not wrap (llama-cookbook's finetuning.py).
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def main(train_config, model):
+            if train_config.enable_fsdp:
+                model = FSDP(model, device_id=torch.cuda.current_device())
+            elif not train_config.quantization and not train_config.enable_fsdp:
+                model.to("cuda")
+        """,
+        # FSDP2 re-registers its shards after `nn.Module._apply`: without CPU offloading, moving the sharded
+        # model to the mesh's device is harmless (verl's tests do `model = apply_fsdp2(model, mesh).cuda()`).
+        """
+        from torch.distributed.fsdp import fully_shard
+
+        def apply_fsdp2(model, device_mesh):
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=device_mesh)
+            fully_shard(model, mesh=device_mesh)
+            return model
+
+        model1 = apply_fsdp2(model1, device_mesh)
+        model1 = model1.cuda()
+        """,
         # accelerate without an FSDP config (DDP or single GPU): prepare does not shard.
         Valid(
             """
@@ -124,8 +150,8 @@ class MoveAfterWrap(Rule):
             def build(model, cfg, device):
                 model = add_lora(model, cfg)
                 for layer in model.base_model.model.model.layers:
-                    f.fully_shard(layer)
-                f.fully_shard(model)
+                    f.fully_shard(layer, offload_policy=f.CPUOffloadPolicy())
+                f.fully_shard(model, offload_policy=f.CPUOffloadPolicy())
                 model = model.to(device)
                 return model
             """,
@@ -167,10 +193,27 @@ class MoveAfterWrap(Rule):
                 if not wraps:
                     continue
                 w = wraps[0]
+                if all(e.kind in ("shard2", "prepare") for e in wraps) and not _fsdp2_offloaded(a, wraps):
+                    if all(e.kind == "shard2" for e in wraps) or a.launch_fsdp_version == 2:
+                        continue  # FSDP2 re-registers its shards after `.to()`; only offloaded shards must stay put
                 if any(e.kind == "load" and w.seq < e.seq < mv.seq for e in t.events):
                     continue  # a model was (re)loaded in between: the name may hold a new, unwrapped model
                 msg = self.message.format(method=mv.data.get("method", "to"), wrap=LABEL[w.kind], line=ctx.line(w.node))
                 ctx.report(mv.node, msg)
+
+
+def _fsdp2_offloaded(a, wraps) -> bool:
+    """FSDP2 shards kept on CPU: `offload_policy=` on a fully_shard call, or `offload_params` in the launch config."""
+    for e in wraps:
+        if e.kind == "prepare":
+            launch = getattr(a, "launch", None)
+            if launch is not None and launch.value("offload_params") is True:
+                return True
+            continue
+        expr = a.keyword(e.call, "offload_policy") if e.call is not None else None
+        if expr is not None and expr is not UNKNOWN and a.value(expr, e.call.scope) is not None:
+            return True
+    return False
 
 
 def _is_dtype_cast(a, call) -> bool:

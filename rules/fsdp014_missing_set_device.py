@@ -132,6 +132,28 @@ class MissingSetDevice(Rule):
         dist.init_process_group("nccl")
         fully_shard(model)
         """,
+        # A library helper forwards the caller's kwargs (which may hold device_id) (torchtune's init_distributed).
+        """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+
+        def init_distributed(**kwargs):
+            dist.init_process_group(**kwargs)
+
+        def shard(model):
+            fully_shard(model)
+        """,
+        # Initialised only when the launcher has not done it (Ray workers see one GPU each; verl's workers).
+        """
+        import torch.distributed
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Worker:
+            def __init__(self, config):
+                if not torch.distributed.is_initialized():
+                    torch.distributed.init_process_group(backend=f"cpu:gloo,{get_device_name()}:nccl")
+                self.model = FSDP(build_model(config), device_id=get_device_id())
+        """,
     ]
     INVALID = [
         Invalid(
@@ -218,8 +240,11 @@ class MissingSetDevice(Rule):
         if ONE_DEVICE_PER_PROCESS.search(ctx.source):
             return
         for init in inits:
-            if init.kw("device_id") is not None:
-                return
+            if a.keyword(init, "device_id") is not None:
+                return  # passed, or maybe passed through `**kwargs`
+            if any(g.kind == "other" and g.branch == "body" and "is_initialized" in a.code(g.node.test)
+                   for g in init.guards if isinstance(g.node, cst.If)):
+                return  # `if not dist.is_initialized():` library code: the launcher may set up the devices
         for init in inits:
             backend = a.value(init.arg(0, "backend"), init.scope)
             if isinstance(backend, str) and "nccl" not in backend and "cuda" not in backend:

@@ -1,3 +1,5 @@
+import libcst as cst
+
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesBefore, RemoveStatement, unsafe
 from fsdplint.rule import Invalid, Rule, Valid
@@ -85,6 +87,15 @@ class LoraAfterFsdpWrap(Rule):
         other = fsdp.FullyShardedDataParallel(other_model)
         model = get_peft_model(model, cfg)
         """,
+        # DDP is dropped (`model = model.module`) before LoRA is injected (peft's EVA example).
+        """
+        from peft import get_peft_model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model.to(local_rank), device_ids=[local_rank])
+        eva_state_dict = get_eva_state_dict(model, dataloader, peft_config)
+        model = model.module
+        peft_model = get_peft_model(model, peft_config)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -155,7 +166,7 @@ class LoraAfterFsdpWrap(Rule):
             for lora in t.of("lora"):
                 if lora.entity is None or (lora.ref and lora.ref.child):
                     continue
-                wraps = t.before(lora, WRAPS)
+                wraps = [w for w in t.before(lora, WRAPS) if not (w.kind == "ddp" and _unwrapped_between(w, lora))]
                 if wraps:
                     w = wraps[0]
                     label = {"wrap1": "FullyShardedDataParallel", "shard2": "fully_shard", "ddp": "DistributedDataParallel", "prepare": "accelerator.prepare"}[w.kind]
@@ -168,6 +179,23 @@ class LoraAfterFsdpWrap(Rule):
                         "peft's fsdp_auto_wrap_policy is built before LoRA is injected, so it cannot find the LoRA "
                         "layers and wraps them with the frozen base. Build the policy from the PEFT model, after get_peft_model.",
                     )
+
+
+def _unwrapped_between(wrap, lora) -> bool:
+    """`model = model.module` between the DDP wrap and the LoRA call: LoRA goes into the bare model.
+
+    Only for DDP, whose `.module` is the untouched model; FSDP1's `.module` holds flattened parameters.
+    """
+    wc, lc = wrap.call, lora.call
+    if wc is None or lc is None or wc.scope is not lc.scope or wrap.step.prefix != lora.step.prefix:
+        return False
+    arg = lc.arg(1 if lc.api == "inject_adapter_in_model" else 0, "model")
+    if not isinstance(arg, cst.Name):
+        return False
+    for seq, value in lc.scope.assigns.get(arg.value, []):
+        if wc.seq < seq <= lc.seq and isinstance(value, cst.Attribute) and value.attr.value == "module":
+            return True
+    return False
 
 
 def _move_fix(ctx, lora, wrap):

@@ -107,6 +107,19 @@ class ReentrantCheckpointingFrozenBase(Rule):
             """,
             target={"transformers": "5.2"},
         ),
+        # The checkpointed model never gets LoRA: fully trained here, LoRA only in the other branch
+        # (peft's dreambooth examples).
+        """
+        from peft import LoraConfig, get_peft_model
+        unet = get_peft_model(unet, LoraConfig(target_modules=["to_q", "to_v"]))
+        if not args.train_text_encoder:
+            text_encoder.requires_grad_(False)
+        elif args.train_text_encoder and args.use_lora:
+            text_encoder = get_peft_model(text_encoder, LoraConfig(target_modules=["q_proj", "v_proj"]))
+        if args.gradient_checkpointing:
+            if args.train_text_encoder and not args.use_lora:
+                text_encoder.gradient_checkpointing_enable()
+        """,
     ]
     INVALID = [
         Invalid(
@@ -193,6 +206,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
                 continue
             if not site.via_args and not quantized and _lora_after(a, site):
                 continue  # get_peft_model on a checkpointing model calls enable_input_require_grads
+            if not site.via_args and _never_lora(a, site):
+                continue  # another model (or the branch without LoRA): its base trains, inputs require grad
             reentrant, why = site.reentrant(ctx)
             if not reentrant:
                 continue
@@ -219,6 +234,18 @@ def _quantized(a) -> bool:
         for kw in ("load_in_4bit", "load_in_8bit", "quantization_config"):
             if c.kw(kw) is not None:
                 return True
+    return False
+
+
+def _never_lora(a, site) -> bool:
+    """The checkpointed model is one the script injects no LoRA into on the same path (all entities known)."""
+    for t in a.timelines:
+        for ev in t.events:
+            if ev.call is site.call and ev.kind == "gc_enable":
+                loras = t.of("lora")
+                if ev.entity is None or not loras or any(lo.entity is None for lo in loras):
+                    return False
+                return not any(lo.entity == ev.entity and not t.exclusive(lo, ev) for lo in loras)
     return False
 
 

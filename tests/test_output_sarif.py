@@ -114,7 +114,7 @@ def test_every_registered_rule_has_a_descriptor():
     assert [r["id"] for r in rules] == [r.code for r in registered]
     for desc, rule in zip(rules, registered):
         assert desc["name"] == rule.name
-        assert desc["helpUri"].endswith(f"/{rule.code}.html")
+        assert desc["helpUri"].endswith(f"/{rule.code}.md")
         assert desc["defaultConfiguration"]["level"] == {"error": "error", "warning": "warning", "info": "note"}[rule.severity.value]
 
 

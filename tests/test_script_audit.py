@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from fsdplint.analysis import ScriptAnalysis
 from fsdplint.cli import main
-from fsdplint.script_audit import extract
+from fsdplint.audit.from_script import extract
 
 SCRIPTS = "fixtures/scripts/script_model"
 QWEN = "fixtures/models/qwen2_5_0_5b.json"

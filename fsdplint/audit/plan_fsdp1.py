@@ -33,8 +33,11 @@ def _units_from_policy(model, wrap_classes, spec: AuditSpec, ignored_params) -> 
     if policy_name == "peft":
         from peft.utils.other import fsdp_auto_wrap_policy
 
+        mods, unmatched = wrap_modules(model, wrap_classes)
+        if not mods:  # peft raises TypeError("Could not find the transformer layer class ..."): FSDP003
+            return set(), unmatched
         old = os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP")
-        os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = ",".join(wrap_classes)
+        os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = ",".join(c for c in wrap_classes if c not in unmatched)
         try:
             policy = fsdp_auto_wrap_policy(model)
         finally:
