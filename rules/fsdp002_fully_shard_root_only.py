@@ -94,6 +94,13 @@ class FullyShardRootOnly(Rule):
         """,
     ]
     VALID += [
+        # A small block sharded whole in a unit test, not a model (torchtune's test_dora.py).
+        """
+        from torch.distributed._composable.fsdp import fully_shard
+        with torch.device("meta"):
+            ffn = FeedForward(gate_proj=linears[0], down_proj=linears[1], up_proj=linears[2])
+        fully_shard(ffn)
+        """,
         # One helper inlined at two call sites: its per-layer calls are not "after" the other site's root call.
         """
         from torch.distributed.fsdp import fully_shard
@@ -222,7 +229,7 @@ class FullyShardRootOnly(Rule):
                         fix=_move_after(ctx, root, last),
                     )
                 elif root_only_possible and not any(e.ref.child for e in events):
-                    if t.escapes(ent, root):
+                    if t.escapes(ent, root) or not _is_whole_model(a, t, ent):
                         continue
                     ctx.report(
                         root.node,
@@ -243,6 +250,15 @@ class FullyShardRootOnly(Rule):
                          f"forward and backward. Apply fully_shard to each "
                          f"{' / '.join(ctx.built.no_split_modules) or 'transformer block'} first, then the root.",
                    field="fsdp.wrap")
+
+
+def _is_whole_model(a, t, ent) -> bool:
+    """The sharded object is a model (named so, or loaded with from_pretrained), not some block built in a test."""
+    names = {k.rsplit(":", 1)[-1] for k in t.uf.parent if t.find(k) == ent}
+    if any("model" in n.lower() for n in names):
+        return True
+    loaded = {dotted(tg) for c in a.calls("load_model") for tg in c.targets}
+    return bool(names & loaded)
 
 
 def _move_after(ctx, root, last):

@@ -190,9 +190,9 @@ class OptimizerOverFrozenParams(Rule):
                     continue
                 ctx.report(
                     params,
-                    "The optimizer is given every parameter of a model whose base is frozen: it tracks billions of "
-                    "parameters that never train (eager-state optimizers allocate for them; weight decay and "
-                    "parameter counts include them). Pass the trainable ones: "
+                    "The optimizer is given every parameter of a model whose base is frozen: it also tracks the "
+                    "frozen parameters, which never train (eager-state optimizers allocate for them; weight decay "
+                    "and parameter counts include them). Pass the trainable ones: "
                     "[p for p in model.parameters() if p.requires_grad].",
                     fix=_filter_fix(ctx, opt, params),
                 )

@@ -350,3 +350,111 @@ def test_uses_flags():
         """
     )
     assert a.uses_fsdp2 and not a.uses_fsdp1 and a.uses_fsdp and a.uses_peft
+
+
+# -- branches that exclude each other -------------------------------------------------------------
+
+
+def _wrap_and_move(src: str):
+    _, t = only_timeline(src)
+    (wrap,), (move,) = t.of("wrap1"), t.of("move")
+    return t, wrap, move
+
+
+def test_if_else_branches_exclude_each_other():
+    t, wrap, move = _wrap_and_move(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if cfg.enable_fsdp:
+            model = FSDP(model)
+        elif not cfg.quantization:
+            model.to("cuda")
+        """
+    )
+    assert t.exclusive(wrap, move)
+    assert t.before(move, ("wrap1",)) == []
+
+
+def test_contradicting_tests_of_separate_ifs_exclude_each_other():
+    t, wrap, move = _wrap_and_move(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if args.mode in ("fsdp", "hsdp") and args.train:
+            model = FSDP(model)
+        if args.mode == "single" or args.debug:
+            pass
+        if args.mode == "single":
+            model.to("cuda")
+        """
+    )
+    assert t.exclusive(wrap, move)
+
+
+def test_sequential_or_overlapping_branches_both_run():
+    for src in (
+        # One after the other: both run.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if use_fsdp:
+            model = FSDP(model)
+        model.to("cuda")
+        """,
+        # Different conditions that can both hold.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if use_fsdp:
+            model = FSDP(model)
+        if not offload:
+            model.to("cuda")
+        """,
+        # `mode in (a, b)` and `mode == "b"` can both hold.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if mode in ("fsdp", "hsdp"):
+            model = FSDP(model)
+        if mode == "hsdp":
+            model.to("cuda")
+        """,
+    ):
+        t, wrap, move = _wrap_and_move(src)
+        assert not t.exclusive(wrap, move)
+        assert t.before(move, ("wrap1",)) == [wrap]
+
+
+def test_branches_of_an_if_in_a_loop_can_both_run():
+    t, wrap, move = _wrap_and_move(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        for stage in stages:
+            if stage == "wrap":
+                model = FSDP(model)
+            else:
+                model.to("cuda")
+        """
+    )
+    assert not t.exclusive(wrap, move)
+
+
+def test_branches_around_helper_calls_exclude_the_inlined_calls():
+    a = analysis(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def wrap(model):
+            return FSDP(model)
+
+        def place(model):
+            model.to("cuda")
+
+        def main(model, use_fsdp):
+            if use_fsdp:
+                model = wrap(model)
+            else:
+                place(model)
+
+        main(model, True)
+        """
+    )
+    (t,) = [t for t in a.timelines if t.of("wrap1")]
+    (wrap,), (move,) = t.of("wrap1"), t.of("move")
+    assert t.exclusive(wrap, move)

@@ -125,3 +125,18 @@ def test_remote_code_config_is_refused_without_the_flag(tmp_path):
     result = CliRunner().invoke(model_command, [str(path)])
     assert result.exit_code == 2
     assert "--trust-remote-code" in result.output
+
+
+def test_target_torch_comes_from_the_project_unless_given(tmp_path, fixtures_dir):
+    (tmp_path / "requirements.txt").write_text("torch==2.6.0\n")
+    spec = tmp_path / "audit.json"
+    spec.write_text(json.dumps({"model": str(fixtures_dir / "models" / "qwen2_5_0_5b.json"),
+                                "lora": {"r": 8, "target_modules": ["q_proj", "v_proj"]},
+                                "fsdp": {"version": 2, "world_size": 4}}))
+    code, out = run(spec, "--output-format", "json")
+    data = json.loads(out)
+    assert (data["torch_version"], data["torch_version_source"]) == ("2.6.0", "requirements.txt: torch==2.6.0")
+    (f,) = [f for f in data["findings"] if f["code"] == "FSDP005"]  # frozen bf16 + fp32 LoRA: one dtype < 2.8
+    assert "torch 2.6.0 (requirements.txt: torch==2.6.0)" in f["message"] and code == 1
+    code, out = run(spec, "--torch-version", "2.13", "--output-format", "json")
+    assert code == 0 and json.loads(out)["torch_version"] == "2.13"
