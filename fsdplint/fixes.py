@@ -146,3 +146,17 @@ def apply_edits(source: str, edits: list[Edit]) -> str:
     for e in sorted(edits, key=lambda e: (offset(e.start), offset(e.end)), reverse=True):
         out = out[: offset(e.start)] + e.content + out[offset(e.end):]
     return out
+
+
+def contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Whether `node` is `tree` or inside it (to find the statement of a block that holds a call)."""
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, n):
+            if n is node:
+                found.append(n)
+            return not found
+
+    tree.visit(_Find())
+    return bool(found)

@@ -4,7 +4,7 @@ import libcst as cst
 
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Applicability, Severity
-from fsdplint.fixes import InsertLinesAfter, RemoveStatement, unsafe
+from fsdplint.fixes import InsertLinesAfter, RemoveStatement, contains, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 
@@ -270,7 +270,7 @@ def _move_after(ctx, root, last):
         return None
     block = rc.stmt.block
     body = list(getattr(block, "body", ()))
-    target = next((i for i, st in enumerate(body) if _contains(st, lc.node)), None)
+    target = next((i for i, st in enumerate(body) if contains(st, lc.node)), None)
     if target is None or target <= rc.stmt.index:
         return None
     # The root call's result must not be used by the statements it is moved past.
@@ -283,17 +283,6 @@ def _move_after(ctx, root, last):
                   RemoveStatement(rc.stmt.node), InsertLinesAfter(body[target], text))
 
 
-def _contains(tree, node) -> bool:
-    found = []
-
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, n):
-            if n is node:
-                found.append(n)
-            return not found
-
-    tree.visit(_Find())
-    return bool(found)
 
 
 def _launch_no_wrap(a):

@@ -4,7 +4,7 @@ import libcst as cst
 
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
-from fsdplint.fixes import InsertLinesAfter, RemoveStatement, unsafe
+from fsdplint.fixes import InsertLinesAfter, RemoveStatement, contains, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 
@@ -290,7 +290,7 @@ def _move_fix(ctx, opt, wraps):
     if len(oc.stmt.node.body) != 1 or not _opt_names(opt):
         return None
     body = list(getattr(oc.stmt.block, "body", ()))
-    target = max((i for i, st in enumerate(body) for w in wraps if _contains(st, w.node)), default=None)
+    target = max((i for i, st in enumerate(body) for w in wraps if contains(st, w.node)), default=None)
     if target is None or target <= oc.stmt.index:
         return None
     # FSDP1 must rebind the name the optimizer reads its parameters from (`model = FSDP(model)`).
@@ -303,16 +303,3 @@ def _move_fix(ctx, opt, wraps):
         return None
     return unsafe("Build the optimizer after wrapping", RemoveStatement(oc.stmt.node),
                   InsertLinesAfter(body[target], ctx.code(oc.stmt.node).strip()))
-
-
-def _contains(tree, node) -> bool:
-    found = []
-
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, n):
-            if n is node:
-                found.append(n)
-            return not found
-
-    tree.visit(_Find())
-    return bool(found)

@@ -193,7 +193,7 @@ def test_findings_use_the_shared_json_schema(ranks):
     for f in findings:
         assert set(f) == FINDING_KEYS
         assert f["filename"] == "<runtime>" and f["location"] == {"row": 1, "column": 1}
-        assert f["url"].endswith(f"/{f['code']}.html")
+        assert f["url"].endswith(f"/{f['code']}.md")
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)

@@ -55,7 +55,11 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
                        torch_version=tv, torch_version_source=source, selected=select)
     for rule in all_rules():
         if rule.has_audit() and (select is None or rule.code in select):
-            rule().audit(ctx)
+            try:
+                rule().audit(ctx)
+            except Exception as e:  # one rule's bug must not hide the other rules' findings
+                detail = f"{type(e).__name__}: {e}".splitlines()[0]
+                ctx.report("FSDP901", f"rule {rule.code} ({rule.name}) failed on this model: {detail}")
     findings = sorted(ctx.findings, key=lambda f: (f.severity.rank, f.code, f.message))
     notes = [f"checks target torch {tv} ({source})."]
     if plan.version == 1:
