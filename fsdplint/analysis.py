@@ -202,13 +202,14 @@ class Timeline:
     def is_model(self, entity: Optional[str]) -> bool:
         return entity is not None and any(self.find(k) == entity for k in self.model_keys)
 
-    def wrap_state(self, entity: str, seq: int) -> Optional[str]:
-        """"fsdp1", "fsdp2" or None: how the model is wrapped at `seq`."""
+    def wrap_state(self, entity: str, seq: int, at: Optional[Event] = None) -> Optional[str]:
+        """"fsdp1", "fsdp2" or None: how the model is wrapped at `seq` (on the path of event `at`, if given:
+        wraps in a branch that excludes it do not count)."""
         state = None
         for e in self.events:
             if e.seq >= seq:
                 break
-            if e.entity != entity:
+            if e.entity != entity or (at is not None and self.exclusive(e, at)):
                 continue
             if e.kind == "wrap1":
                 state = "fsdp1"

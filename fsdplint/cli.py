@@ -105,6 +105,8 @@ def _atomic_write(path: Path, data: bytes, original: bytes) -> Optional[str]:
     """Replace `path` with `data` unless it changed on disk since it was read."""
     import tempfile
 
+    # Through a symlink: replace the file it points to, not the link itself.
+    path = Path(os.path.realpath(path))
     try:
         if path.read_bytes() != original:
             return "the file changed on disk while it was being fixed; left unchanged"
@@ -251,6 +253,8 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
         if res.fix_error:
             write_errors.append(f"{res.filename}: {res.fix_error}")
         if res.fixed_text is None:
+            if stdin_text is not None and settings.fix and not diff:
+                sys.stdout.write(stdin_text)  # nothing to fix: an editor piping through us keeps its text
             continue
         if diff:
             diff_changes = True

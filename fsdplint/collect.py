@@ -26,12 +26,14 @@ _RANK0 = re.compile(
 _NOT_RANK0 = re.compile(
     rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)"
 )
-_VERSION = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature", re.I)
+_VERSION = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature|find_spec", re.I)
+# `try: ... except ImportError:` makes an import inside optional.
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"})
 
 
 @dataclass(frozen=True)
 class Guard:
-    kind: str  # "rank0", "not_rank0", "version", "other"
+    kind: str  # "rank0", "not_rank0", "version", "import_error" (a try body that catches ImportError), "other"
     node: cst.CSTNode
     text: str
     # Which branch of the `if` holds the code ("body" / "orelse"; None for a conditional expression), and
@@ -144,6 +146,7 @@ class Collector(cst.CSTVisitor):
         self.functions: dict[str, Scope] = {}
         self.methods: dict[tuple[str, str], Scope] = {}
         self.calls: list[Call] = []
+        self.import_froms: list[tuple[cst.ImportFrom, tuple[Guard, ...]]] = []
         self._by_node: dict[int, Call] = {}
         self._scope_stack: list[Scope] = [self.module_scope]
         self._class_stack: list[str] = []
@@ -238,6 +241,15 @@ class Collector(cst.CSTVisitor):
     def leave_Try(self, node) -> None:
         self._leave_stmt(node)
 
+    def visit_Try_body(self, node: cst.Try) -> None:
+        caught = set()
+        for h in node.handlers:
+            caught.update(re.findall(r"\w+", self._text(h.type)) if h.type is not None else ["BaseException"])
+        self._guards.append(Guard("import_error" if caught & _IMPORT_ERRORS else "other", node, ""))
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self._guards.pop()
+
     def visit_With(self, node: cst.With) -> None:
         self._enter_stmt(node)
 
@@ -319,6 +331,7 @@ class Collector(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         self.resolver.add_import_from(node)
+        self.import_froms.append((node, tuple(self._guards)))
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         scope = self._scope_stack[-1]

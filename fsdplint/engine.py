@@ -98,10 +98,11 @@ def _syntax_error(text: str, filename: str, e: cst.ParserSyntaxError) -> Finding
     try:
         ast.parse(text, filename=filename)
     except SyntaxError as se:
-        row = se.lineno or 1
-        lines = text.splitlines()
-        line = lines[row - 1] if 0 < row <= len(lines) else ""
-        return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)
+        if not _newer_fstring(se):
+            row = se.lineno or 1
+            lines = text.splitlines()
+            line = lines[row - 1] if 0 < row <= len(lines) else ""
+            return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)
     except (ValueError, RecursionError, MemoryError):
         pass
     msg = e.message.splitlines()[0] if e.message else "invalid syntax"
@@ -136,12 +137,13 @@ def lint_text(
     try:
         ast.parse(text, filename=filename)
     except SyntaxError as se:
-        if SYNTAX_ERROR not in codes:
-            return []
-        row = se.lineno or 1
-        lines = text.splitlines()
-        line = lines[row - 1] if 0 < row <= len(lines) else ""
-        return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)]
+        if not _newer_fstring(se):
+            if SYNTAX_ERROR not in codes:
+                return []
+            row = se.lineno or 1
+            lines = text.splitlines()
+            line = lines[row - 1] if 0 < row <= len(lines) else ""
+            return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)]
     except ValueError as ve:  # null bytes
         return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {ve}")] if SYNTAX_ERROR in codes else []
     except (RecursionError, MemoryError):
@@ -264,32 +266,52 @@ def _selected_fixes(findings: list[Finding], mode: str) -> list[Finding]:
     return [f for f in findings if f.fix is not None and f.fix.applicability in allowed and f.fix.edits]
 
 
+def _newer_fstring(se: SyntaxError) -> bool:
+    """An f-string this interpreter rejects but Python >= 3.12 accepts (PEP 701: `f"{d["k"]}"`): libcst decides."""
+    return sys.version_info < (3, 12) and (se.msg or "").startswith("f-string")
+
+
 def fix_text(text: str, filename: str, settings: Settings, path: Optional[Path], fcfg: FileConfig) -> tuple[str, int, list[Finding], Optional[str]]:
-    """Apply fixes to a fixpoint (bounded). Returns (text, fixes applied, remaining findings, error)."""
+    """Apply fixes to a fixpoint (bounded). Returns (text, fixes applied, remaining findings, error).
+
+    All or nothing: when a pass produces code that does not parse, or the passes do not
+    converge, the original text and its findings come back with the error.
+    """
     applied = 0
     findings = lint_text(text, filename, settings, path, fcfg)
+    original, original_findings, codes = text, findings, set()
     for _ in range(MAX_FIX_PASSES):
         todo = _selected_fixes(findings, settings.fix or "safe")
         if not todo:
             break
-        edits, taken, used = [], 0, []
+        edits, taken, used = [], [], []
         for f in sorted(todo, key=lambda f: f.sort_key()):
             spans = [((e.start.row, e.start.column), (e.end.row, e.end.column)) for e in f.fix.edits]
             if any(not (b[1] <= s[0] or s[1] <= b[0]) and not (s[0] == s[1] == b[0] == b[1]) for s in spans for b in used):
                 continue  # overlaps an edit already taken: next pass
             used.extend(spans)
             edits.extend(f.fix.edits)
-            taken += 1
+            taken.append(f.code)
         new_text = apply_edits(text, edits)
         try:
+            # CPython's verdict first (it also bounds nesting before libcst's native parser sees it).
+            ast.parse(new_text, filename=filename)
             cst.parse_module(new_text)
         except Exception as e:
-            return text, applied, findings, f"a fix produced code that does not parse ({type(e).__name__}); the file was left unchanged"
+            return original, 0, original_findings, (
+                f"a fix of {', '.join(sorted(set(taken)))} produced code that does not parse "
+                f"({type(e).__name__}); the file was left unchanged")
         if new_text == text:
             break
         text = new_text
-        applied += taken
+        applied += len(taken)
+        codes.update(taken)
         findings = lint_text(text, filename, settings, path, fcfg)
+    else:
+        if _selected_fixes(findings, settings.fix or "safe"):
+            return original, 0, original_findings, (
+                f"fixes of {', '.join(sorted(codes))} did not converge after {MAX_FIX_PASSES} passes; "
+                f"the file was left unchanged")
     return text, applied, findings, None
 
 
@@ -379,6 +401,12 @@ def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) ->
     try:
         if settings.fix:
             new_text, applied, findings, err = fix_text(text, filename, settings, path, fcfg)
+            if new_text != text and src is not None:
+                try:
+                    src.encode(new_text)
+                except UnicodeEncodeError:
+                    new_text, applied, findings = text, 0, lint_text(text, filename, settings, path, fcfg)
+                    err = f"the fixed code cannot be written in the file's encoding ({src.encoding}); the file was left unchanged"
             res = FileResult(filename, findings, applied, source=src, fix_error=err)
             if new_text != text:
                 res.original, res.fixed_text = text, new_text

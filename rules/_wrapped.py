@@ -10,7 +10,7 @@ def fsdp_state(a, t, ev) -> Optional[str]:
     accelerate/Trainer FSDP launch; None otherwise."""
     if ev.entity is None:
         return None
-    state = t.wrap_state(ev.entity, ev.seq)
+    state = t.wrap_state(ev.entity, ev.seq, at=ev)
     if state is not None:
         return state
     launch = getattr(a, "launch", None)

@@ -146,6 +146,20 @@ class Fsdp1MixedRequiresGrad(Rule):
             """,
             options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="true")},
         ),
+        # The script hands peft's policy to accelerate's plugin (peft's peft_lora_seq2seq_accelerate_fsdp.py).
+        Valid(
+            """
+            from accelerate import Accelerator
+            from peft import LoraConfig, get_peft_model
+            from peft.utils.other import fsdp_auto_wrap_policy
+            accelerator = Accelerator()
+            model = get_peft_model(model, LoraConfig(task_type="SEQ_2_SEQ_LM", r=8))
+            if getattr(accelerator.state, "fsdp_plugin", None) is not None:
+                accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
     ]
     INVALID = [
         Invalid(
@@ -300,6 +314,8 @@ class Fsdp1MixedRequiresGrad(Rule):
         launch = getattr(a, "launch", None)
         if launch is None or launch.fsdp_version != 1 or a.calls("Trainer"):
             return  # the Trainer switches PEFT models to peft's policy itself
+        if a.calls("peft_fsdp_auto_wrap_policy"):
+            return  # the script hands peft's policy to the plugin (`fsdp_plugin.auto_wrap_policy = ...`)
         policy = launch.get("auto_wrap_policy")
         if str(policy.value if policy is not None else "NO_WRAP").strip().upper() not in _MIXING_LAUNCH_POLICIES:
             return

@@ -1,5 +1,3 @@
-import re
-
 import libcst as cst
 
 from fsdplint.apis import FULLY_SHARD_PUBLIC_PATH_SINCE
@@ -15,8 +13,6 @@ FSDP2_NAMES = {
 }
 # Packages that only exist since 2.6.
 NEW_PACKAGES = ("torch.distributed.fsdp._fully_shard",)
-_GUARD = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|hasattr|find_spec", re.I)
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"}
 
 
 class Fsdp2ImportPath(Rule):
@@ -148,70 +144,33 @@ class Fsdp2ImportPath(Rule):
         tv = ctx.version("torch")
         if not tv < FULLY_SHARD_PUBLIC_PATH_SINCE:
             return
-        finder = _Finder(ctx.analysis.resolver)
-        ctx.module.visit(finder)
-        for node, name, module in finder.found:
-            ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()))
+        c = ctx.analysis.c
+        for node, guards in c.import_froms:
+            if _guarded(guards) or node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+                continue
+            module = dotted(node.module) or ""
+            names = [a.name.value if isinstance(a.name, cst.Name) else dotted(a.name) or "" for a in node.names]
+            hits = [n for n in names if _is_new_path(module, n)]
+            if hits:
+                name = "fully_shard" if "fully_shard" in hits else hits[0]
+                ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()))
+        seen: set[str] = set()
+        for call in c.calls:
+            q = call.qualname
+            if _guarded(call.guards) or not isinstance(call.node.func, cst.Attribute) or not q or q in seen:
+                continue
+            module, _, name = q.rpartition(".")
+            if _is_new_path(module, name):
+                seen.add(q)  # one finding per name is enough
+                ctx.report(call.node, self.message.format(name=name, module=module, torch=tv.describe()))
+
+
+def _guarded(guards) -> bool:
+    """Inside `try: ... except ImportError` or a version/feature check."""
+    return any(g.kind in ("version", "import_error") for g in guards)
 
 
 def _is_new_path(module: str, name: str) -> bool:
     if module.startswith(NEW_PACKAGES):
         return True
     return module == PUBLIC and name in FSDP2_NAMES
-
-
-class _Finder(cst.CSTVisitor):
-    """FSDP2 imports and calls through the public path, outside try/except ImportError and version checks."""
-
-    def __init__(self, resolver) -> None:
-        self.resolver = resolver
-        self.found: list[tuple[cst.CSTNode, str, str]] = []
-        self.guarded = 0
-        self._seen_calls: set[str] = set()
-
-    def _text(self, node) -> str:
-        return cst.Module([]).code_for_node(node)
-
-    def visit_Try(self, node: cst.Try) -> None:
-        catches = set()
-        for h in node.handlers:
-            if h.type is None:
-                catches.add("Exception")
-            else:
-                catches.update(re.findall(r"\w+", self._text(h.type)))
-        self._try_guard = getattr(self, "_try_guard", [])
-        guarded = bool(catches & _IMPORT_ERRORS)
-        self._try_guard.append(guarded)
-        self.guarded += guarded
-
-    def leave_Try(self, node) -> None:
-        self.guarded -= self._try_guard.pop()
-
-    def visit_If(self, node: cst.If) -> None:
-        guarded = bool(_GUARD.search(self._text(node.test)))
-        self._if_guard = getattr(self, "_if_guard", [])
-        self._if_guard.append(guarded)
-        self.guarded += guarded
-
-    def leave_If(self, node) -> None:
-        self.guarded -= self._if_guard.pop()
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if self.guarded or node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return
-        module = dotted(node.module) or ""
-        names = [a.name.value if isinstance(a.name, cst.Name) else dotted(a.name) or "" for a in node.names]
-        hits = [n for n in names if _is_new_path(module, n)]
-        if hits:
-            self.found.append((node, "fully_shard" if "fully_shard" in hits else hits[0], module))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.guarded or not isinstance(node.func, cst.Attribute):
-            return
-        q = self.resolver.qualify(node.func)
-        if not q or "." not in q:
-            return
-        module, _, name = q.rpartition(".")
-        if _is_new_path(module, name) and q not in self._seen_calls:
-            self._seen_calls.add(q)  # one finding per name is enough
-            self.found.append((node, name, module))

@@ -166,7 +166,7 @@ class NoSyncMisuse(Rule):
                 if ev.entity is None or (ev.ref and ev.ref.child):
                     continue
                 how, wrap = None, None
-                if t.wrap_state(ev.entity, ev.seq) == "fsdp2":
+                if t.wrap_state(ev.entity, ev.seq, at=ev) == "fsdp2":
                     how = "fully_shard"
                     wrap = next(e for e in t.before(ev, ("shard2",)))
                 elif a.launch_fsdp_version == 2 and t.before(ev, ("prepare",)):

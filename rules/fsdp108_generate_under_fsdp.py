@@ -1,6 +1,6 @@
+from fsdplint.analysis import TRANSPARENT
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
-
 from fsdplint.rules._wrapped import fsdp_state, under_context
 
 YAML_FSDP2 = """\
@@ -83,6 +83,21 @@ class GenerateUnderFsdp(Rule):
         with unwrap_model_for_generation(model, accelerator) as unwrapped:
             out = unwrapped.generate(**inputs)
         """,
+        # The inner decoder is wrapped; the outer model's forward reaches it through FSDP (llm-foundry's tests).
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model.model = FSDP(model.model)
+        out = model.generate(input_ids, max_new_tokens=3, synced_gpus=True)
+        """,
+        # Generation only in the branch that does not wrap.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if args.fsdp:
+            model = FSDP(model, device_id=local_rank)
+        train(model)
+        if not args.fsdp:
+            out = model.generate(**inputs)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -130,6 +145,8 @@ class GenerateUnderFsdp(Rule):
                 state = fsdp_state(a, t, ev)
                 if state is None or under_context(a, ev, "summon_full_params", "unwrap_model_for_generation"):
                     continue
+                if _inner_module_wrapped(t, ev):
+                    continue
                 if state == "fsdp2":
                     if registered:
                         continue
@@ -141,3 +158,17 @@ class GenerateUnderFsdp(Rule):
                     "generate() on an FSDP-sharded model: FSDP gathers parameters only around forward(), so generation "
                     f"runs on shards ('weight' must be 2-D) or hangs. Gather first: {hint}.",
                 )
+
+
+def _inner_module_wrapped(t, ev) -> bool:
+    """`model.model = FSDP(model.model)` then `model.generate(...)`: the outer model's forward calls the wrapped
+    inner module through FSDP, which gathers its parameters."""
+    outer = ev.ref.path if ev.ref is not None else None
+    wraps = [w for w in t.before(ev, ("wrap1", "shard2")) if w.ref is not None]
+    if outer is None or not wraps:
+        return False
+    for w in wraps:
+        inner = tuple(p for p in w.ref.path if p not in TRANSPARENT)
+        if w.ref.path[: len(outer)] != outer or len(inner) <= len([p for p in outer if p not in TRANSPARENT]):
+            return False
+    return True

@@ -78,6 +78,21 @@ class MergeUnderFsdp(Rule):
         model = model.merge_and_unload()
         fully_shard(model)
         """,
+        # Merging only in the branch that does not shard.
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import fully_shard
+        model = get_peft_model(model, cfg)
+        if world_size > 1:
+            for layer in model.base_model.model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+        train(model)
+        if world_size > 1:
+            save_adapter(model)
+        else:
+            model = model.merge_and_unload()
+        """,
     ]
     INVALID = [
         Invalid(

@@ -208,7 +208,7 @@ def _collective(a, t, ev, launch):
         return f"{api}()" if launch is not None else None
     if ev.kind == "save" and a.keyword(call, "state_dict") is not None:
         return None  # saves a dict gathered elsewhere
-    state = t.wrap_state(ev.entity, ev.seq) if ev.entity else None
+    state = t.wrap_state(ev.entity, ev.seq, at=ev) if ev.entity else None
     if api == "get_model_state_dict":
         if state == "fsdp1":
             return "get_model_state_dict()"

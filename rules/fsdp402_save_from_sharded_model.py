@@ -188,7 +188,7 @@ class SaveFromShardedModel(Rule):
         call = ev.call
         if call is None:
             return None
-        state = t.wrap_state(ev.entity, ev.seq)
+        state = t.wrap_state(ev.entity, ev.seq, at=ev)
         if ev.kind == "torch_save_state_dict":
             return "torch.save(model.state_dict())" if state == "fsdp2" else None
         if ev.kind == "state_dict" and ev.data.get("api") == "get_peft_model_state_dict":

@@ -156,7 +156,7 @@ class WrongClipGradNorm(Rule):
             for ev in t.of("clip"):
                 if not ev.data.get("torch_api") or ev.entity is None:
                     continue
-                state = t.wrap_state(ev.entity, ev.seq)
+                state = t.wrap_state(ev.entity, ev.seq, at=ev)
                 if state == "fsdp1":
                     ctx.report(
                         ev.node,

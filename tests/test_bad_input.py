@@ -40,6 +40,9 @@ CASES = {
     "mixed_newlines.py": (b"import peft\r\nx = 1\nif x:\r\n    y = 2\n", None, None),
     "tabs.py": (b"import peft\nif x:\n\ty = 1\n", None, None),
     "deep_parens.py": (("import peft\nx = " + "(" * 3000 + "1" + ")" * 3000 + "\n").encode(), "FSDP900", 2),
+    # Python 3.12 f-strings (PEP 701) are valid code even where fsdplint runs on an older interpreter.
+    "fstring_pep701.py": (b'import peft\nd = {"k": 1}\nprint(f"{d["k"]} {str(p / "ckpt")}")\n', None, None),
+    "fstring_pep701_then_error.py": (b'import peft\nx = f"{d["k"]}"\ny = (\n', "FSDP900", None),
     "deep_indent.py": (("import peft\n" + "".join(" " * i + f"if x{i}:\n" for i in range(120)) + " " * 120 + "pass\n").encode(), "FSDP900", None),
 }
 

@@ -94,6 +94,13 @@ def _construct(spec: AuditSpec):
     dtype = torch_dtype(spec.dtype) or _config_dtype(cfg) or torch.float32
     for k in ("torch_dtype", "dtype", "quantization_config", "transformers_version", "_name_or_path"):
         cfg.pop(k, None)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
+        close = __import__("difflib").get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise AuditInputError(f"{spec.model_source}: model_type: {model_type!r} is not a model type transformers "
+                              f"{transformers.__version__} knows{hint}")
     try:
         config = AutoConfig.for_model(model_type, **cfg)
     except (ValueError, KeyError, TypeError) as e:
@@ -204,9 +211,43 @@ def _lora_kwargs(spec: AuditSpec) -> dict:
     unknown = sorted(set(raw) - fields)
     if unknown:
         raise AuditInputError(f"{spec.filename}: lora: unknown LoraConfig field {unknown[0]!r}")
+    _check_lora_types(raw, spec.filename)
     if isinstance(raw.get("target_modules"), list) and not raw["target_modules"]:
         raise AuditInputError(f"{spec.filename}: lora.target_modules: empty list")
     return raw
+
+
+def _check_lora_types(raw: dict, filename: str) -> None:
+    """Wrong JSON types (r: "eight") fail inside peft with a TypeError that names no field: name it."""
+    import typing
+
+    import peft
+
+    hints = typing.get_type_hints(peft.LoraConfig)
+    for key, value in raw.items():
+        if key in hints and not _fits(value, hints[key]):
+            pretty = str(hints[key]).replace("typing.", "").replace("<class '", "").replace("'>", "")
+            raise AuditInputError(f"{filename}: lora.{key}: expected {pretty}, got {value!r}")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """A lenient check of a JSON value against a LoraConfig annotation (unknown shapes pass)."""
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if origin is typing.Union:
+        return any(_fits(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args or any(isinstance(value, type(a)) and not isinstance(value, bool) for a in args)
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple)) and (not args or all(_fits(v, args[0]) for v in value))
+    if hint in (int, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint in (bool, str, dict):
+        return isinstance(value, hint)
+    return True
 
 
 def _apply_lora(spec: AuditSpec, built: Built) -> None:
@@ -225,9 +266,14 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
         # On meta, so adapter init (kaiming/zeros) costs nothing even for 405B-class models.
         with torch.device("meta"):
             model = peft.get_peft_model(built.base, config, autocast_adapter_dtype=spec.autocast_adapter_dtype)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         # peft's own refusals (nothing matched, fused experts...) are findings, not crashes.
-        built.problems.append(_classify_peft_error(e, config))
+        try:
+            if isinstance(e, TypeError):
+                raise AuditInputError(f"peft could not apply the LoRA config: {_one_line(e)}")
+            built.problems.append(_classify_peft_error(e, config))
+        except AuditInputError as err:
+            raise AuditInputError(f"{spec.filename}: lora: {err}") from None
         for p in built.base.parameters():
             p.requires_grad_(False)
         built.coverage = [TargetCoverage(t, 0) for t in (built.user_targets or [])]

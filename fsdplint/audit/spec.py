@@ -292,7 +292,7 @@ def _parse_model(spec: AuditSpec, model: Any, model_source: str) -> None:
             cfg, _ = _read_mapping(p, "model config")
             spec.model_source = str(p)
         elif isinstance(cfg, dict):
-            spec.model_source = model_source or "inline config"
+            spec.model_source = model_source or f"{spec.filename} (inline config)"
         else:
             raise AuditInputError(f"{where}.config: expected a path or an object, got {cfg!r}")
         if "model_type" not in cfg and "architectures" not in cfg:
@@ -352,6 +352,18 @@ def check_model_size(cfg: Mapping, source: str, _path: str = "") -> None:
     )
 
 
+# Planning runs torch's sharding for every rank: time grows with the world size.
+MAX_WORLD_SIZE = 16384
+
+
+def _world_size(v: Any, where: str) -> int:
+    n = _int(v, where)
+    if n > MAX_WORLD_SIZE:
+        raise AuditInputError(f"{where}: {n:,} ranks is more than fsdplint plans for ({MAX_WORLD_SIZE:,}); "
+                              f"for HSDP give the size of one shard group")
+    return n
+
+
 def _parse_lora(lora: Any, where: str, base_dir: Path) -> Optional[dict]:
     if lora is None or lora is False:
         return None
@@ -409,7 +421,7 @@ def _parse_fsdp(f: Any, where: str) -> FsdpSpec:
             raise AuditInputError(f"{w}.version: expected 1 or 2, got {f['version']!r}")
         s.version = int(f["version"])
     if "world_size" in f:
-        s.world_size = _int(f["world_size"], f"{w}.world_size")
+        s.world_size = _world_size(f["world_size"], f"{w}.world_size")
     if "wrap" in f and f["wrap"] is not None:
         wrap = f["wrap"]
         if isinstance(wrap, str):
@@ -506,7 +518,7 @@ def apply_overrides(spec: AuditSpec, o: Mapping[str, Any]) -> None:
     if o.get("fsdp") is not None:
         spec.fsdp.version = int(o["fsdp"])
     if o.get("world_size") is not None:
-        spec.fsdp.world_size = _int(o["world_size"], f"{where}: --world-size")
+        spec.fsdp.world_size = _world_size(o["world_size"], f"{where}: --world-size")
     if o.get("wrap"):
         spec.fsdp.wrap = [c.strip() for c in o["wrap"].split(",") if c.strip()]
     if o.get("use_orig_params") is not None:

@@ -1,0 +1,233 @@
+"""Meaning-preserving rewrites of training scripts, for the property tests.
+
+Each takes source text and a `random.Random` (driven by hypothesis) and returns new source.
+Renames and import aliasing keep every statement on its line; reordering and wrapping move
+lines but keep each line's text (up to indentation).
+"""
+
+from __future__ import annotations
+
+import random
+
+import libcst as cst
+from libcst.metadata import ParentNodeProvider
+
+
+def _binding_names(module: cst.Module) -> set[str]:
+    """Names the script binds itself (assignments, loop/with targets, parameters), not imports."""
+    names: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_AssignTarget(self, node):
+            self._collect(node.target)
+
+        def visit_For(self, node):
+            self._collect(node.target)
+
+        def visit_WithItem(self, node):
+            if node.asname is not None:
+                self._collect(node.asname.name)
+
+        def visit_Param(self, node):
+            names.add(node.name.value)
+
+        def _collect(self, target):
+            if isinstance(target, cst.Name):
+                names.add(target.value)
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                for el in target.elements:
+                    self._collect(el.value)
+
+    module.visit(V())
+    return names - {"self", "cls", "__name__"}
+
+
+def _imported_names(module: cst.Module) -> set[str]:
+    names: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_ImportAlias(self, node):
+            if node.asname is not None:
+                names.add(node.asname.name.value)
+            else:
+                names.add(cst.helpers.get_full_name_for_node(node.name).split(".")[0])
+
+    module.visit(V())
+    return names
+
+
+class _RenameNames(cst.CSTTransformer):
+    """Replace variable uses `old` with an expression; attribute names, keywords and imports stay."""
+
+    METADATA_DEPENDENCIES = (ParentNodeProvider,)
+
+    def __init__(self, mapping: dict[str, str]):
+        self.mapping = mapping
+
+    def leave_Name(self, original, updated):
+        new = self.mapping.get(original.value)
+        if new is None:
+            return updated
+        parent = self.get_metadata(ParentNodeProvider, original)
+        if isinstance(parent, cst.Attribute) and parent.attr is original:
+            return updated
+        if isinstance(parent, cst.Arg) and parent.keyword is original:
+            return updated
+        if isinstance(parent, (cst.ImportAlias, cst.AsName, cst.ImportFrom, cst.Import)):
+            return updated
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is original:
+            return updated
+        return cst.parse_expression(new)
+
+
+def rename(src: str, mapping: dict[str, str]) -> str:
+    return _rename(cst.parse_module(src), mapping).code
+
+
+def _rename(module: cst.Module, mapping: dict[str, str]) -> cst.Module:
+    return cst.MetadataWrapper(module).visit(_RenameNames(mapping))
+
+
+def rename_variables(src: str, rng: random.Random, keep: frozenset = frozenset()) -> str:
+    """Consistently rename some of the script's own variables (except `keep`) to fresh names."""
+    module = cst.parse_module(src)
+    candidates = sorted(_binding_names(module) - _imported_names(module) - set(keep))
+    if not candidates:
+        return src
+    chosen = rng.sample(candidates, rng.randint(1, len(candidates)))
+    return _rename(module, {name: f"v{i}_" for i, name in enumerate(chosen)}).code
+
+
+def alias_imports(src: str, rng: random.Random) -> str:
+    """`from M import a` -> `from M import a as a_alias` or `import M as m_mod` (uses become `m_mod.a`)."""
+    module = cst.parse_module(src)
+    mapping: dict[str, str] = {}
+    counter = [0]
+
+    class T(cst.CSTTransformer):
+        def leave_ImportFrom(self, original, updated):
+            if updated.relative or isinstance(updated.names, cst.ImportStar) or updated.module is None:
+                return updated
+            mod = cst.helpers.get_full_name_for_node(updated.module)
+            if mod == "__future__":
+                return updated
+            if updated.lpar is None and rng.random() < 0.5:  # one line stays one line
+                # import the module under an alias; every imported name becomes an attribute of it
+                counter[0] += 1
+                alias = f"mod{counter[0]}_"
+                for a in updated.names:
+                    local = a.asname.name.value if a.asname else a.name.value
+                    mapping[local] = f"{alias}.{a.name.value}"
+                return cst.Import(names=[cst.ImportAlias(name=updated.module, asname=cst.AsName(name=cst.Name(alias)))])
+            names = []
+            for a in updated.names:
+                local = a.asname.name.value if a.asname else a.name.value
+                new_local = f"{a.name.value}_alias"
+                mapping[local] = new_local
+                names.append(a.with_changes(asname=cst.AsName(name=cst.Name(new_local))))
+            return updated.with_changes(names=names)
+
+    module = module.visit(T())
+    # Imports inside functions may shadow each other: only rewrite names bound once.
+    return _rename(module, mapping).code if mapping else module.code
+
+
+def _top_level_runs(module: cst.Module, kinds) -> list[tuple[int, int]]:
+    """[start, end) index ranges of consecutive top-level statements of the given kinds."""
+    runs, start = [], None
+    for i, stmt in enumerate(list(module.body) + [None]):
+        ok = stmt is not None and kinds(stmt)
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            if i - start > 1:
+                runs.append((start, i))
+            start = None
+    return runs
+
+
+def _is_import(stmt) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom))
+            and not (isinstance(stmt.body[0], cst.ImportFrom) and stmt.body[0].module is not None
+                     and cst.helpers.get_full_name_for_node(stmt.body[0].module) == "__future__"))
+
+
+def _is_def(stmt) -> bool:
+    return isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not stmt.decorators
+
+
+def reorder_independent(src: str, rng: random.Random) -> str:
+    """Shuffle runs of top-level imports (distinct names) and of undecorated top-level defs/classes."""
+    module = cst.parse_module(src)
+    body = list(module.body)
+    for kinds in (_is_import, _is_def):
+        for start, end in _top_level_runs(module, kinds):
+            run = body[start:end]
+            rng.shuffle(run)
+            # Comments above a statement travel with it, but the first line's blank-line
+            # layout belongs to its position.
+            body[start:end] = run
+    return module.with_changes(body=body).code
+
+
+def wrap_in_main_guard(src: str, rng: random.Random) -> str:
+    """Put everything after the docstring and `__future__` imports under `if __name__ == "__main__":`."""
+    module = cst.parse_module(src)
+    body = list(module.body)
+    head = 0
+    while head < len(body) and (
+        (isinstance(body[head], cst.SimpleStatementLine) and isinstance(body[head].body[0], cst.Expr)
+         and isinstance(body[head].body[0].value, cst.SimpleString) and head == 0)
+        or (isinstance(body[head], cst.SimpleStatementLine) and isinstance(body[head].body[0], cst.ImportFrom)
+            and body[head].body[0].module is not None
+            and cst.helpers.get_full_name_for_node(body[head].body[0].module) == "__future__")
+    ):
+        head += 1
+    if head == len(body):
+        return src
+    guard = cst.If(test=cst.parse_expression('__name__ == "__main__"'), body=cst.IndentedBlock(body=body[head:]))
+    return module.with_changes(body=body[:head] + [guard]).code
+
+
+def wrap_in_function(src: str, rng: random.Random) -> str:
+    """Put everything after the docstring into `def _script():` and call it."""
+    module = cst.parse_module(src)
+    body = list(module.body)
+    head = 1 if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) else 0
+    if head == len(body):
+        return src
+    fn = cst.FunctionDef(name=cst.Name("_script"), params=cst.Parameters(), body=cst.IndentedBlock(body=body[head:]))
+    call = cst.parse_statement("_script()\n")
+    return module.with_changes(body=body[:head] + [fn, call]).code
+
+
+ODD_VALUES = ("None", "-1", "0", "1.5", "'s'", "''", "[]", "{}", "[None]", "{'a': 1}", "('x',)", "True",
+              "[[1]]", "'all-linear'", "{'q_proj'}", "f()", "lambda m: True", "...", "2**100", "torch.uint8")
+
+
+def replace_keyword_values(src: str, rng: random.Random) -> str:
+    """Not meaning-preserving: give some keyword arguments odd values (None, numbers, nested lists...)."""
+    module = cst.parse_module(src)
+    count = [0]
+
+    class Count(cst.CSTVisitor):
+        def visit_Arg(self, node):
+            count[0] += node.keyword is not None
+
+    module.visit(Count())
+    if not count[0]:
+        return src
+    chosen = set(rng.sample(range(count[0]), min(count[0], rng.randint(1, 4))))
+    seen = [-1]
+
+    class T(cst.CSTTransformer):
+        def leave_Arg(self, original, updated):
+            if updated.keyword is None:
+                return updated
+            seen[0] += 1
+            if seen[0] not in chosen:
+                return updated
+            return updated.with_changes(value=cst.parse_expression(rng.choice(ODD_VALUES)))
+
+    return module.visit(T()).code
