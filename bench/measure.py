@@ -126,3 +126,43 @@ def measure(label: str, cmd: list[str], *, runs: int, warmup: int = 1, ok_codes=
 
 def unavailable(label: str, cmd: list[str], why: str) -> Result:
     return Result(label, cmd, error=f"not available: {why}")
+
+
+def measure_interleaved(specs: list[dict], *, runs: int, echo=print) -> list[Result]:
+    """Like `measure` for several commands, run round-robin so that load changes hit all of them alike.
+
+    Each spec holds `label`, `cmd` and optionally `warmup`, `ok_codes`, `log`, `sample_tree`.
+    """
+    results = [Result(s["label"], s["cmd"]) for s in specs]
+    for spec, res in zip(specs, results):
+        for _ in range(spec.get("warmup", 0)):
+            _one(spec, res, None, echo)
+    for i in range(runs):
+        for spec, res in zip(specs, results):
+            if res.error is None:
+                _one(spec, res, f"run {i + 1}/{runs}", echo)
+    return results
+
+
+def _one(spec: dict, res: Result, which: str | None, echo) -> None:
+    if res.error is not None:
+        return
+    load = os.getloadavg()[0]
+    wall, cpu, rss, tree, rc, text = run_once(spec["cmd"], log=spec.get("log"), sample_tree=spec.get("sample_tree", False))
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    res.rc, res.last_line = rc, (lines[-1].strip() if lines else "")
+    if "Traceback (most recent call last)" in text and rc in spec.get("ok_codes", (0, 1)):
+        rc = -1
+    if rc not in spec.get("ok_codes", (0, 1)):
+        tail = " | ".join(lines[-3:])[-400:]
+        res.error = f"{'crashed' if rc == -1 else f'exit code {rc}'}: {tail}" if tail else f"exit code {rc}"
+        echo(f"  {res.label}: FAILED ({res.error})")
+        return
+    if which is not None:
+        res.times.append(wall)
+        res.cpu.append(cpu)
+        res.rss_mb.append(rss)
+        res.loads.append(load)
+        if tree is not None:
+            res.tree_rss_mb.append(tree)
+    echo(f"  {res.label}: {which or 'warmup'} {wall:.2f} s, CPU {cpu:.2f} s, {rss:.0f} MB, load {load:.1f}")

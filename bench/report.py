@@ -70,12 +70,12 @@ def _ratio_target(desc: str, limit: float, fmt: str, a: Result | None, b: Result
                    f"{_s(a.median)} s / {_s(b.median)} s")
 
 
-def linearity(bench, prefix: str = "fsdplint -j 1 x") -> dict[int, tuple[float, float]]:
+def linearity(bench, tool: str = "fsdplint -j 1") -> dict[int, tuple[float, float]]:
     """(wall, CPU) of t(k copies) / (k · t(1 copy)): 1.0 is linear, below is start-up amortised."""
-    base = bench.results.get(f"{prefix}1")
+    base = bench.results.get(f"{tool} x1 [scaling]")
     out = {}
     for k in (2, 4):
-        res = bench.results.get(f"{prefix}{k}")
+        res = bench.results.get(f"{tool} x{k} [scaling]")
         if _ok(base, res):
             out[k] = (res.median / (k * base.median), res.cpu_median / (k * base.cpu_median))
     return out
@@ -105,7 +105,7 @@ def targets(bench) -> list[str]:
     out.append(_target("lint time linear in corpus size: t(k×) ≤ 1.15·k·t(1×)", 1.15, "{:.2f}",
                        max(w for w, _ in lin.values()) if lin else None,
                        max(c for _, c in lin.values()) if lin else None,
-                       any(_loaded(r(f"fsdplint -j 1 x{k}")) for k in (1, *lin)) if lin else False,
+                       any(_loaded(r(f"fsdplint -j 1 x{k} [scaling]")) for k in (1, *lin)) if lin else False,
                        ", ".join(f"{k}×: {w:.2f}" for k, (w, _) in lin.items())))
     small, big = r("fsdplint 1.25 MB file"), r("fsdplint 5 MB file")
     psmall, pbig = r("parse-only 1.25 MB file"), r("parse-only 5 MB file")
@@ -136,7 +136,7 @@ def _section_corpus(bench) -> list[str]:
     r = bench.results.get
     out = _corpus_lines(bench)
     lines = bench.corpora[1].lines if 1 in bench.corpora else None
-    jobs_list = bench.args.jobs if "corpus" in bench.args.only else [1, 2]
+    jobs_list = bench.args.jobs
     out.append(HEADER)
     keys = [f"{tool} -j {jobs} x1" for jobs in jobs_list for tool in ("parse-only", "fsdplint", "torchfix")]
     out += [_row(r(k), bench, lines) for k in keys if r(k) is not None]
@@ -196,17 +196,20 @@ def _cell(res: Result | None) -> str:
 def _section_scaling(bench) -> list[str]:
     r = bench.results.get
     lin = linearity(bench)
-    out = ["Wall s (CPU s in parentheses).", "",
+    plin = linearity(bench, "parse-only -j 1")
+    out = ["All commands of this table ran round-robin in one batch. Wall s (CPU s in parentheses).", "",
            "| corpus | files | lines | parse-only -j 1 | fsdplint -j 1 | fsdplint -j 2 | "
-           "fsdplint -j 1 t(k)/(k·t(1)) wall (CPU) |", "|---|---|---|---|---|---|---|"]
+           "t(k)/(k·t(1)) wall (CPU) |", "|---|---|---|---|---|---|---|"]
     for k in (1, 2, 4):
         c = bench.corpora.get(k)
-        cells = [_cell(r(f"{tool} x{k}")) for tool in ("parse-only -j 1", "fsdplint -j 1", "fsdplint -j 2")]
+        cells = [_cell(r(f"{tool} x{k} [scaling]")) for tool in ("parse-only -j 1", "fsdplint -j 1", "fsdplint -j 2")]
         ratio = "1.00" if k == 1 else (f"{lin[k][0]:.2f} ({lin[k][1]:.2f})" if k in lin else "n/a")
+        if k in plin:
+            ratio += f"; parse-only {plin[k][0]:.2f} ({plin[k][1]:.2f})"
         out.append(f"| {k}× | {c.files if c else ''} | {f'{c.lines:,}' if c else ''} | {' | '.join(cells)} | {ratio} |")
     out.append("")
     for k in (1, 4):
-        a, b = r(f"fsdplint -j 1 x{k}"), r(f"fsdplint -j 2 x{k}")
+        a, b = r(f"fsdplint -j 1 x{k} [scaling]"), r(f"fsdplint -j 2 x{k} [scaling]")
         out.append(f"- -j 2 speed-up (wall) on the {k}× corpus: " + (f"{a.median / b.median:.2f}×" if _ok(a, b) else "n/a"))
     return out
 
@@ -228,7 +231,7 @@ def _section_bigfile(bench) -> list[str]:
 
 
 SECTIONS = (
-    ("1. Corpus lint", ("corpus", "scaling"), _section_corpus),
+    ("1. Corpus lint", ("corpus",), _section_corpus),
     ("2. Single-file latency", ("single",), _section_single),
     ("3. Model audit", ("audit",), _section_audit),
     ("4. Scaling", ("scaling",), _section_scaling),

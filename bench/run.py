@@ -32,7 +32,7 @@ sys.path.insert(0, str(BENCH))
 import corpus as corpus_mod  # noqa: E402
 import machine  # noqa: E402
 import report  # noqa: E402
-from measure import Result, measure, unavailable  # noqa: E402
+from measure import Result, measure_interleaved, unavailable  # noqa: E402
 
 REPO = BENCH.parent
 WORK = BENCH / ".work"
@@ -147,59 +147,67 @@ class Bench:
         (WORK / "logs").mkdir(parents=True, exist_ok=True)
         return WORK / "logs" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".out")
 
-    # -- tools ----------------------------------------------------------------------------------------
-    def parse_only(self, jobs: int, copies: int = 1) -> Result:
-        key = f"parse-only -j {jobs} x{copies}"
+    # -- tools: each returns a spec for `measure_interleaved`, or a Result saying why it cannot run --------
+    def parse_spec(self, jobs: int, copies: int = 1):
         cmd = [sys.executable, str(BENCH / "parse_only.py"), "-j", str(jobs), str(self.corpus(copies).root)]
-        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, warmup=self.warmup("parse-only"),
-                                              ok_codes=(0,), log=self.logfile(key), sample_tree=jobs > 1, echo=log))
+        return {"cmd": cmd, "ok_codes": (0,), "sample_tree": jobs > 1, "tool": "parse-only"}
 
-    def lint(self, jobs: int, copies: int = 1) -> Result:
-        key = f"fsdplint -j {jobs} x{copies}"
+    def lint_spec(self, jobs: int | None, path: Path, key: str):
         tool = self.fsdplint
         if not tool.lint_ok:
-            return self.results.setdefault(key, unavailable(key, tool.cmd, tool.lint_why))
-        if tool.jobs_flag is None and jobs != 1:
-            return self.results.setdefault(key, unavailable(key, tool.cmd, "the CLI has no -j/--jobs option"))
-        cmd = [*tool.lint_args(jobs), str(self.corpus(copies).root)]
-        return self.once(key, lambda: measure(key, cmd, runs=self.args.runs, warmup=self.warmup("fsdplint"),
-                                              log=self.logfile(key), sample_tree=jobs > 1, echo=log))
+            return unavailable(key, tool.cmd, tool.lint_why)
+        if tool.jobs_flag is None and jobs not in (None, 1):
+            return unavailable(key, tool.cmd, "the CLI has no -j/--jobs option")
+        return {"cmd": [*tool.lint_args(jobs), str(path)], "sample_tree": bool(jobs and jobs > 1), "tool": "fsdplint"}
 
-    def torchfix(self, jobs: int) -> Result:
-        key = f"torchfix -j {jobs} x1"
+    def torchfix_spec(self, jobs: int, key: str):
         exe = TORCHFIX_VENV / "bin" / "torchfix"
         if not exe.exists() and not self.args.no_setup:
             setup_torchfix()
         if not exe.exists():
-            return self.results.setdefault(key, unavailable(key, [str(exe)], f"no TorchFix venv at {exe.parent.parent.name}"))
-        cmd = [str(exe), "--jobs", str(jobs), str(self.corpus(1).root)]
-        # TorchFix exits 0 with findings; slow, so no warm-up run (its venv's bytecode is already compiled).
-        return self.once(key, lambda: measure(key, cmd, runs=self.args.torchfix_runs, warmup=0, ok_codes=(0,),
-                                              log=self.logfile(key), sample_tree=jobs > 1, echo=log))
+            return unavailable(key, [str(exe)], f"no TorchFix venv at {exe.parent.parent.name}")
+        # TorchFix exits 0 with findings; no warm-up run (slow, and its venv's bytecode is compiled already).
+        return {"cmd": [str(exe), "--jobs", str(jobs), str(self.corpus(1).root)], "ok_codes": (0,),
+                "sample_tree": jobs > 1, "tool": "torchfix"}
+
+    def batch(self, items: list, runs: int) -> None:
+        """Measure (key, spec) pairs round-robin; keys measured before are kept (scenarios share them)."""
+        todo = []
+        for key, item in items:
+            if key in self.results:
+                continue
+            if isinstance(item, Result):
+                self.results[key] = item
+                continue
+            tool = item.pop("tool", key)
+            warm = 0 if tool == "torchfix" else self.warmup(tool)
+            todo.append({**item, "label": key, "log": self.logfile(key), "warmup": warm})
+        if todo:
+            log("[" + ", ".join(s["label"] for s in todo) + "]")
+            for res in measure_interleaved(todo, runs=runs, echo=log):
+                self.results[res.label] = res
 
     # -- scenarios ------------------------------------------------------------------------------------
     def scenario_corpus(self) -> None:
         for jobs in self.args.jobs:
-            self.parse_only(jobs)
-            self.lint(jobs)
-            if not self.args.no_torchfix:
-                self.torchfix(jobs)
+            root = self.corpus(1).root
+            self.batch([(f"parse-only -j {jobs} x1", self.parse_spec(jobs)),
+                        (f"fsdplint -j {jobs} x1", self.lint_spec(jobs, root, f"fsdplint -j {jobs} x1"))],
+                       self.args.runs)
+        if not self.args.no_torchfix:
+            for jobs in self.args.jobs:
+                key = f"torchfix -j {jobs} x1"
+                self.batch([(key, self.torchfix_spec(jobs, key))], self.args.torchfix_runs)
 
     def scenario_single(self) -> None:
-        runs = self.args.single_runs
         py = sys.executable
-        for key, cmd in (("python -c pass", [py, "-c", "pass"]),
-                         ("python -c 'import libcst'", [py, "-c", "import libcst"])):
-            self.once(key, lambda cmd=cmd, key=key: measure(key, cmd, runs=runs, ok_codes=(0,), echo=log))
         key = f"fsdplint {SAMPLE.name}"
-        tool = self.fsdplint
-        if not tool.lint_ok:
-            self.results[key] = unavailable(key, tool.cmd, tool.lint_why)
-            return
-        cmd = [*tool.lint_args(None), str(SAMPLE)]
-        self.once(key, lambda: measure(key, cmd, runs=runs, warmup=self.warmup("fsdplint"), log=self.logfile(key),
-                                       echo=log))
-        self.notes["single"] = self._import_check(cmd)
+        lint = self.lint_spec(None, SAMPLE, key)
+        self.batch([("python -c pass", {"cmd": [py, "-c", "pass"], "ok_codes": (0,)}),
+                    ("python -c 'import libcst'", {"cmd": [py, "-c", "import libcst"], "ok_codes": (0,)}),
+                    (key, lint)], self.args.single_runs)
+        if not isinstance(lint, Result):
+            self.notes["single"] = self._import_check(lint["cmd"])
 
     def _import_check(self, cmd: list[str]) -> list[str]:
         """Which heavy libraries the one-file lint imports (it should import none of them)."""
@@ -215,7 +223,8 @@ class Bench:
 
     def audit_cmd(self, config: str, world_size: int) -> list[str]:
         cfg = BENCH / "configs" / f"{config}.json"
-        return [*(self.fsdplint.base or self.fsdplint.cmd), "model", str(cfg), *self.args.audit_args.split(), "--world-size", str(world_size)]
+        return [*(self.fsdplint.base or self.fsdplint.cmd), "model", str(cfg), *self.args.audit_args.split(),
+                "--world-size", str(world_size)]
 
     def scenario_audit(self) -> None:
         tool = self.fsdplint
@@ -223,19 +232,18 @@ class Bench:
             for ws in WORLD_SIZES:
                 key = f"audit {config} @{ws}"
                 cmd = self.audit_cmd(config, ws)
-                if not tool.model_ok:
-                    self.results[key] = unavailable(key, cmd, tool.model_why)
-                    continue
-                self.once(key, lambda cmd=cmd, key=key: measure(
-                    key, cmd, runs=self.args.audit_runs, warmup=self.warmup("audit"), log=self.logfile(key), echo=log))
+                item = {"cmd": cmd, "tool": "audit"} if tool.model_ok else unavailable(key, cmd, tool.model_why)
+                self.batch([(key, item)], self.args.audit_runs)
 
     def scenario_scaling(self) -> None:
-        for jobs in (1, 2):
-            self.lint(jobs, 1)
-        for copies in (1, 2, 4):
-            self.parse_only(1, copies)
-            self.lint(1, copies)
-        self.lint(2, 4)
+        """1x/2x/4x and -j 1/-j 2, all measured round-robin in one batch so load drift cannot fake a trend."""
+        items = []
+        for k in (1, 2, 4):
+            items.append((f"parse-only -j 1 x{k} [scaling]", {**self.parse_spec(1, k), "tool": "parse-only"}))
+        for jobs, copies in ((1, 1), (1, 2), (1, 4), (2, 1), (2, 4)):
+            key = f"fsdplint -j {jobs} x{copies} [scaling]"
+            items.append((key, self.lint_spec(jobs, self.corpus(copies).root, key)))
+        self.batch(items, self.args.runs)
 
     def scenario_bigfile(self) -> None:
         """One generated file of 1.25, 2.5 and 5 MB: time must grow linearly with the file size."""
@@ -243,17 +251,15 @@ class Bench:
             big = self.bigfiles.get(size)
             if big is None:
                 big = self.bigfiles[size] = corpus_mod.synthetic(self.tmp / "bigfile", size, SAMPLE)
-            for tool in ("parse-only", "fsdplint"):
-                key = f"{tool} {size / 1e6:g} MB file"
-                if tool == "parse-only":
-                    cmd = [sys.executable, str(BENCH / "parse_only.py"), str(big.root)]
-                elif not self.fsdplint.lint_ok:
-                    self.results[key] = unavailable(key, self.fsdplint.cmd, self.fsdplint.lint_why)
-                    continue
-                else:
-                    cmd = [*self.fsdplint.lint_args(None), str(big.root)]
-                self.once(key, lambda cmd=cmd, key=key: measure(key, cmd, runs=self.args.bigfile_runs, warmup=0,
-                                                                log=self.logfile(key), echo=log))
+            pkey, fkey = f"parse-only {size / 1e6:g} MB file", f"fsdplint {size / 1e6:g} MB file"
+            pcmd = [sys.executable, str(BENCH / "parse_only.py"), str(big.root)]
+            lint = self.lint_spec(None, big.root, fkey)
+            if isinstance(lint, dict):
+                lint["tool"] = "fsdplint-bigfile"  # no warm-up: one run of each is enough here
+                self.warmed.add("fsdplint-bigfile")
+            self.warmed.add("parse-only-bigfile")
+            self.batch([(pkey, {"cmd": pcmd, "ok_codes": (0,), "tool": "parse-only-bigfile"}), (fkey, lint)],
+                       self.args.bigfile_runs)
 
     def scenario_profile(self) -> None:
         """py-spy over the one-job corpus lint; the top costs go into results.md."""
