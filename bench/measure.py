@@ -80,10 +80,17 @@ def run_once(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None
             sampler = threading.Thread(target=_sample_tree, args=(proc.pid, stop, tree), daemon=True)
             sampler.start()
         killer = threading.Timer(timeout, proc.kill)
+        killer.daemon = True
         killer.start()
-        # wait4 gives this child's own rusage (ru_maxrss covers it and its reaped children).
-        _, status, usage = os.wait4(proc.pid, 0)
-        killer.cancel()
+        try:
+            # wait4 gives this child's own rusage (ru_maxrss covers it and its reaped children).
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): do not leave the child running
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            raise
+        finally:
+            killer.cancel()
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         stop.set()

@@ -4,7 +4,7 @@ Run from the repository root with the project venv active:
 
     python bench/run.py                       # all scenarios (~15 min on 2 cores)
     python bench/run.py --only single,audit   # a subset
-    python bench/run.py --runs 5 --output /tmp/results.md
+    python bench/run.py --runs 5 --output out.md
 
 Scenarios: corpus (fsdplint vs libcst parse-only vs TorchFix), single (one-file latency),
 audit (`fsdplint model` on Llama-3 configs), scaling (-j 1/-j 2, 1x/2x/4x corpus), bigfile

@@ -652,12 +652,21 @@ class ScriptAnalysis:
 
     def _is_accelerator(self, expr: Optional[cst.BaseExpression]) -> bool:
         d = dotted(expr) if expr is not None else None
-        if d is None:
-            return False
-        if "accelerator" in d.lower():
-            return True
-        bound = self.binding(d, None)
-        return isinstance(bound, cst.Call) and self._calls_by_node.get(id(bound)) is not None and self._calls_by_node[id(bound)].api == "Accelerator"
+        return d is not None and ("accelerator" in d.lower() or self.bound_to(d, "Accelerator"))
+
+    def is_trainer(self, expr: Optional[cst.BaseExpression]) -> bool:
+        d = dotted(expr) if expr is not None else None
+        return d is not None and ("trainer" in d.lower() or self.bound_to(d, "Trainer"))
+
+    def bound_to(self, name: str, api: str) -> bool:
+        """Whether `name` is assigned the result of an `api(...)` call anywhere in the file
+        (flow-insensitive, like the resolver): objects are known by what built them, not their names."""
+        for scope in self.c.scopes:
+            for _, value in scope.assigns.get(name, ()):
+                call = self._calls_by_node.get(id(value)) if isinstance(value, cst.Call) else None
+                if call is not None and call.api == api:
+                    return True
+        return False
 
     def _interpret_attr(self, t: Timeline, step: Step, a: AttrSet) -> None:
         if a.key is not None:
@@ -781,7 +790,7 @@ class ScriptAnalysis:
                     out.append(Event("prepare", step, r, {"n_args": len(call.node.args)}, t))
             elif m in ("get_state_dict", "save_state", "save_model") and self._is_accelerator(recv):
                 ev("state_dict", call.arg(0, "model"), api=f"accelerator.{m}")
-            elif m == "save_model" and "trainer" in (dotted(recv) or "").lower():
+            elif m == "save_model" and self.is_trainer(recv):
                 out.append(Event("state_dict", step, None, {"api": "trainer.save_model"}, t))
             else:
                 kinds = {

@@ -122,7 +122,7 @@ def _atomic_write(path: Path, data: bytes, original: bytes) -> Optional[str]:
                 os.unlink(tmp)
             raise
     except OSError as e:
-        return f"cannot write the fixed file: {e.strerror or e}"
+        raise OSError(f"cannot write the fixed file: {e.strerror or e}") from None
     return None
 
 
@@ -241,7 +241,9 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
     findings = []
     seen_findings = set()
     fixed = 0
+    # Fixes refused to keep a file intact: the findings stay, so they count like findings (exit 1).
     write_errors = []
+    io_errors = []
     diff_changes = False
     for res in results:
         for f in res.findings:
@@ -275,7 +277,11 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             continue
         p = Path(res.filename)
         original = res.source.encode(res.original)
-        err = _atomic_write(p, res.source.encode(res.fixed_text), original)
+        try:
+            err = _atomic_write(p, res.source.encode(res.fixed_text), original)
+        except OSError as e:  # the tool cannot do its job: exit 2
+            io_errors.append(f"{res.filename}: {e}")
+            continue
         if err:
             write_errors.append(f"{res.filename}: {err}")
         else:
@@ -287,7 +293,7 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
 
             n = write_baseline(findings, Path(write_baseline_path))
             click.echo(f"Recorded {n} finding{'' if n == 1 else 's'} in {write_baseline_path}", err=True)
-            sys.exit(2 if write_errors else 0)
+            sys.exit(2 if io_errors else 1 if write_errors else 0)
         if add_noqa:
             from fsdplint.add_noqa import add_noqa as insert_noqa
 
@@ -326,10 +332,12 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
                      show_fixes=show_fixes, statistics=statistics)
     if report_file is not None:
         report_file.close()
-    for w in write_errors:
+    for w in [*write_errors, *io_errors]:
         click.echo(f"fsdplint: error: {w}", err=True)
-    if write_errors:
+    if io_errors:
         sys.exit(2)
+    if write_errors and not exit_zero:
+        sys.exit(1)
     if exit_zero:
         sys.exit(0)
     if diff:

@@ -184,7 +184,7 @@ class Collector(cst.CSTVisitor):
             return ""
 
     def _guard_kind(self, test: cst.BaseExpression) -> str:
-        text = self._text(test)
+        text = self._with_bindings(self._text(test))
         if _NOT_RANK0.search(text):
             return "not_rank0"
         if _RANK0.search(text):
@@ -192,6 +192,20 @@ class Collector(cst.CSTVisitor):
         if _VERSION.search(text):
             return "version"
         return "other"
+
+    def _with_bindings(self, text: str) -> str:
+        """The test with each plain name replaced by what it was last assigned, so
+        `r = dist.get_rank()` ... `if r == 0:` reads as a rank check whatever the name."""
+        values = {}
+        for name in set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)):
+            for scope in (self._scope_stack[-1], self.module_scope):
+                vals = scope.assigns.get(name)
+                if vals:
+                    values[name] = self._text(vals[-1][1])
+                    break
+        if not values:
+            return text
+        return re.sub(r"(?<![\w.])[A-Za-z_]\w*", lambda m: f"({values[m.group(0)]})" if m.group(0) in values else m.group(0), text)
 
     # -- blocks & statements -------------------------------------------------------
     def visit_IndentedBlock(self, node) -> None:
@@ -341,6 +355,11 @@ class Collector(cst.CSTVisitor):
             if len(self._scope_stack) == 1 and isinstance(value, (cst.Attribute, cst.Name)):
                 self.resolver.add_alias(target.value, value)
         elif isinstance(target, (cst.Tuple, cst.List)):
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.functions:
+                # `rank, local_rank = setup()`: unpack what the helper of this file returns.
+                returned = [r for r in self.functions[value.func.value].returns if isinstance(r, cst.Tuple)]
+                if len(returned) == 1:
+                    value = returned[0]
             for i, el in enumerate(target.elements):
                 if isinstance(value, (cst.Tuple, cst.List)) and i < len(value.elements):
                     self._bind(el.value, value.elements[i].value)

@@ -6,7 +6,8 @@ class InternalError(Rule):
     code = "FSDP901"
     name = "internal-error"
     severity = Severity.ERROR
-    summary = "A rule failed on this file; the other rules still ran."
+    sides = "SA"
+    summary = "A rule failed on this file (or model); the other rules still ran."
     doc = """
     ## What it does
     Reports that one rule raised an unexpected error on one file. The other rules and files are still checked.

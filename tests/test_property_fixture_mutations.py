@@ -83,8 +83,8 @@ scripts = st.sampled_from(NAMES)
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 
 
-# Variables some rules still recognise by their conventional name rather than by what was
-# assigned to them: renaming them loses findings (see test_known_name_sensitivity).
+# Objects rules once recognised by their conventional name; they are now known by what was
+# assigned to them, and renaming them must keep every finding.
 NAME_SENSITIVE = {
     ("accelerate_fsdp1_low_ram_buggy.py", "accelerator"): ["FSDP007", "FSDP009"],
     ("accelerate_fsdp2_lora_buggy.py", "accelerator"): ["FSDP401", "FSDP402"],
@@ -93,19 +93,17 @@ NAME_SENSITIVE = {
     ("fsdp2_lora_after_shard_buggy.py", "rank"): ["FSDP401"],
     ("trainer_fsdp_qlora_buggy.py", "trainer"): ["FSDP401"],
 }
-KEEP_NAMES = frozenset(n for _, n in NAME_SENSITIVE)
 
 
 @FUZZ
 @given(scripts, seeds)
 def test_renamed_variables_keep_findings_and_lines(name, seed):
     text, before = original(name)
-    mutated = mutations.rename_variables(text, random.Random(seed), keep=KEEP_NAMES)
+    mutated = mutations.rename_variables(text, random.Random(seed))
     got = lint(mutated, name)
     assert [(f, c, r) for f, c, r, _ in got] == [(f, c, r) for f, c, r, _ in before]
 
 
-@pytest.mark.xfail(strict=True, reason="rules match these objects by variable name, not by what was assigned")
 @pytest.mark.parametrize("name,var", sorted(NAME_SENSITIVE))
 def test_known_name_sensitivity(name, var):
     text, before = original(name)

@@ -73,7 +73,7 @@ def test_a_fix_that_breaks_the_syntax_leaves_the_file_untouched(marker_rule, tmp
     p.write_bytes(data)
     r = run(str(p), "--fix")
     assert p.read_bytes() == data
-    assert r.exit_code == 2
+    assert r.exit_code == 1
     err = [line for line in r.output.splitlines() if line.startswith("fsdplint: error:")]
     assert len(err) == 1 and str(p) in err[0] and "FSDP996" in err[0] and "does not parse" in err[0]
     # The finding is still reported, at its place in the file on disk.
@@ -87,21 +87,21 @@ def test_all_or_nothing_when_a_later_pass_breaks(marker_rule, tmp_path):
     data = b"import peft\nx = marker_a\n"
     p.write_bytes(data)
     r = run(str(p), "--fix")
-    assert r.exit_code == 2 and "does not parse" in r.output
+    assert r.exit_code == 1 and "does not parse" in r.output
     assert p.read_bytes() == data
     assert f"{p}:2:5: FSDP996 [*] [warning] marker_a must go" in r.output
     # --diff and stdin refuse the same way.
     r = run(str(p), "--diff")
-    assert r.exit_code == 2 and "+x =" not in r.output
+    assert r.exit_code == 1 and "+x =" not in r.output
     r = run("-", "--fix", input=data.decode())
-    assert r.exit_code == 2 and "(((" not in r.output
+    assert r.exit_code == 1 and "(((" not in r.output
 
 
 def test_fixes_that_never_converge_are_bounded_and_refused(marker_rule, tmp_path):
     p = tmp_path / "t.py"
     p.write_text("import peft\nx = grow\n")
     r = run(str(p), "--fix")
-    assert r.exit_code == 2
+    assert r.exit_code == 1
     assert f"did not converge after {engine.MAX_FIX_PASSES} passes" in r.output and "FSDP996" in r.output
     assert p.read_text() == "import peft\nx = grow\n"
 
@@ -111,7 +111,7 @@ def test_unencodable_fix_in_a_latin1_file_is_refused(marker_rule, tmp_path):
     data = "# -*- coding: latin-1 -*-\nimport peft\ns = 'café'\nx = to_arrow\n".encode("latin-1")
     p.write_bytes(data)
     r = run(str(p), "--fix")
-    assert r.exit_code == 2
+    assert r.exit_code == 1
     assert f"{p}: the fixed code cannot be written in the file's encoding (iso-8859-1)" in r.output
     assert p.read_bytes() == data
     assert f"{p}:4:5: FSDP996" in r.output  # still reported: it was not fixed
@@ -181,7 +181,7 @@ def test_file_changed_on_disk_while_fixing_is_left_alone(tmp_path, monkeypatch):
 
     monkeypatch.setattr(engine, "fix_text", fix_text_while_someone_saves)
     r = run(str(p), "--fix", "--unsafe-fixes")
-    assert r.exit_code == 2
+    assert r.exit_code == 1
     assert f"{p}: the file changed on disk while it was being fixed; left unchanged" in r.output
     assert p.read_text() == edited
     assert leftovers(tmp_path) == []
