@@ -71,6 +71,10 @@ def run_once(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None
              sample_tree: bool = False, timeout: float = 1800) -> tuple[float, float, float, float | None, int, str]:
     """One run: (wall s, CPU s, peak RSS MB of the largest process, tree RSS MB or None, rc, stdout)."""
     stdout_path = log or Path(os.devnull)
+    if env is None:
+        # Measure tools as installed: pip compiles bytecode at install time, so a session
+        # that sets PYTHONDONTWRITEBYTECODE must not make every run recompile the sources.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with open(stdout_path, "wb") as out:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)

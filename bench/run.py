@@ -2,7 +2,7 @@
 
 Run from the repository root with the project venv active:
 
-    python bench/run.py                       # all scenarios (~15 min on 2 cores)
+    python bench/run.py                       # all scenarios but profile (~10 min on 2 idle cores)
     python bench/run.py --only single,audit   # a subset
     python bench/run.py --runs 5 --output out.md
 

@@ -31,15 +31,32 @@ _VERSION = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasa
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"})
 
 
-@dataclass(frozen=True)
 class Guard:
-    kind: str  # "rank0", "not_rank0", "version", "import_error" (a try body that catches ImportError), "other"
-    node: cst.CSTNode
-    text: str
-    # Which branch of the `if` holds the code ("body" / "orelse"; None for a conditional expression), and
-    # how many loops of the same function enclose the `if` (branches of an `if` in a loop can both run).
-    branch: Optional[str] = None
-    loop_depth: int = 0
+    """An `if`/`try` around a call. Its kind ("rank0", "not_rank0", "version", "import_error" — a try
+    body that catches ImportError —, "other") is worked out from the test's source on first use:
+    most guards are never asked, and rendering every test costs a codegen each."""
+
+    __slots__ = ("node", "text", "branch", "loop_depth", "_kind", "_resolve")
+
+    def __init__(self, kind, node, text="", branch=None, loop_depth=0, resolve=None) -> None:
+        self._kind = kind
+        self._resolve = resolve
+        self.node = node
+        self.text = text
+        # Which branch of the `if` holds the code ("body" / "orelse"; None for a conditional expression), and
+        # how many loops of the same function enclose the `if` (branches of an `if` in a loop can both run).
+        self.branch = branch
+        self.loop_depth = loop_depth
+
+    @property
+    def kind(self) -> str:
+        if self._kind is None:
+            self._kind = self._resolve()
+            self._resolve = None
+        return self._kind
+
+    def __repr__(self) -> str:
+        return f"Guard({self.kind!r}, branch={self.branch!r})"
 
 
 @dataclass(frozen=True)
@@ -49,7 +66,7 @@ class Loop:
     node: cst.CSTNode
 
 
-@dataclass
+@dataclass(slots=True)
 class Stmt:
     node: cst.CSTNode
     block: cst.CSTNode  # Module, IndentedBlock or SimpleStatementSuite holding it
@@ -70,7 +87,7 @@ class Scope:
     returns: list[cst.BaseExpression] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     node: cst.Call
     seq: int
@@ -123,7 +140,7 @@ class Call:
         return any("rank_zero" in d or "main_process" in d for d in self.scope.decorators)
 
 
-@dataclass
+@dataclass(slots=True)
 class AttrSet:
     target: str  # dotted target, e.g. "model.config.use_cache" or dict name for subscripts
     key: Optional[str]
@@ -183,8 +200,8 @@ class Collector(cst.CSTVisitor):
         except Exception:  # pragma: no cover - codegen of a detached node
             return ""
 
-    def _guard_kind(self, test: cst.BaseExpression) -> str:
-        text = self._with_bindings(self._text(test))
+    def _guard_kind(self, test: cst.BaseExpression, scopes) -> str:
+        text = self._with_bindings(self._text(test), scopes)
         if _NOT_RANK0.search(text):
             return "not_rank0"
         if _RANK0.search(text):
@@ -193,12 +210,12 @@ class Collector(cst.CSTVisitor):
             return "version"
         return "other"
 
-    def _with_bindings(self, text: str) -> str:
+    def _with_bindings(self, text: str, scopes) -> str:
         """The test with each plain name replaced by what it was last assigned, so
         `r = dist.get_rank()` ... `if r == 0:` reads as a rank check whatever the name."""
         values = {}
         for name in set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)):
-            for scope in (self._scope_stack[-1], self.module_scope):
+            for scope in scopes:
                 vals = scope.assigns.get(name)
                 if vals:
                     values[name] = self._text(vals[-1][1])
@@ -282,19 +299,34 @@ class Collector(cst.CSTVisitor):
         self._enter_stmt(node)
         if isinstance(node.orelse, cst.If):
             self._elifs.add(id(node.orelse))
-        kind = self._guard_kind(node.test)
-        self._if_kinds[id(node)] = kind
+        self._if_kinds[id(node)] = self._lazy_kind(node.test)
+
+    def _lazy_kind(self, test: cst.BaseExpression):
+        """The guard kind of `test`, computed once, on first use (names read through their bindings)."""
+        scopes = (self._scope_stack[-1], self.module_scope)
+        cache: list = []
+
+        def kind() -> str:
+            if not cache:
+                cache.append(self._guard_kind(test, scopes))
+            return cache[0]
+
+        return kind
 
     def visit_If_body(self, node: cst.If) -> None:
-        self._guards.append(Guard(self._if_kinds[id(node)], node, "", "body", len(self._loops) + self._whiles))
+        self._guards.append(Guard(None, node, "", "body", len(self._loops) + self._whiles, resolve=self._if_kinds[id(node)]))
 
     def leave_If_body(self, node: cst.If) -> None:
         self._guards.pop()
 
     def visit_If_orelse(self, node: cst.If) -> None:
-        kind = self._if_kinds[id(node)]
-        flipped = {"rank0": "not_rank0", "not_rank0": "rank0"}.get(kind, "other" if kind != "version" else "version")
-        self._guards.append(Guard(flipped, node, "", "orelse", len(self._loops) + self._whiles))
+        body_kind = self._if_kinds[id(node)]
+
+        def flipped() -> str:
+            kind = body_kind()
+            return {"rank0": "not_rank0", "not_rank0": "rank0"}.get(kind, "other" if kind != "version" else "version")
+
+        self._guards.append(Guard(None, node, "", "orelse", len(self._loops) + self._whiles, resolve=flipped))
 
     def leave_If_orelse(self, node: cst.If) -> None:
         self._guards.pop()
@@ -303,7 +335,7 @@ class Collector(cst.CSTVisitor):
         self._leave_stmt(node)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._guards.append(Guard(self._guard_kind(node.test), node, ""))
+        self._guards.append(Guard(None, node, "", resolve=self._lazy_kind(node.test)))
 
     def leave_IfExp(self, node) -> None:
         self._guards.pop()

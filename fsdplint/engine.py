@@ -7,6 +7,7 @@ becomes a finding with its own code, and the rest of the run goes on.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -93,6 +94,29 @@ class FileConfig:
         return self.config.is_fixable(code)
 
 
+_NOT_BRACKETS = re.compile(r"[^()\[\]{}]+")
+_PAIRS = re.compile(r"\(\)|\[\]|\{\}")
+# CPython refuses more than 200 nested brackets and 100 indentation levels.
+_MAX_NESTING = 200
+_DEEP_INDENT = re.compile(r"^[ \t]{100,}\S", re.M)
+
+
+def _deeply_nested(text: str) -> bool:
+    """Brackets nested past CPython's limit, or lines indented past 100 columns.
+
+    Each pass deletes the innermost bracket pairs, so the number of passes is the
+    nesting depth; brackets inside strings only make the scan stop early."""
+    if _DEEP_INDENT.search(text):
+        return True
+    brackets = _NOT_BRACKETS.sub("", text)
+    for _ in range(_MAX_NESTING):
+        inner = _PAIRS.sub("", brackets)
+        if inner == brackets:
+            return False
+        brackets = inner
+    return bool(brackets)
+
+
 def _syntax_error(text: str, filename: str, e: cst.ParserSyntaxError) -> Finding:
     """CPython's message and position when it agrees the file is invalid (they read better)."""
     try:
@@ -132,22 +156,23 @@ def lint_text(
             pass  # libcst below gives the error its position
         except RecursionError:
             return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
-    # CPython's parser bounds nesting and gives the clearer message; libcst's native parser
-    # can overflow the stack on input CPython rejects, so it only sees what CPython accepts.
-    try:
-        ast.parse(text, filename=filename)
-    except SyntaxError as se:
-        if not _newer_fstring(se):
-            if SYNTAX_ERROR not in codes:
-                return []
-            row = se.lineno or 1
-            lines = text.splitlines()
-            line = lines[row - 1] if 0 < row <= len(lines) else ""
-            return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)]
-    except ValueError as ve:  # null bytes
-        return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {ve}")] if SYNTAX_ERROR in codes else []
-    except (RecursionError, MemoryError):
-        return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
+    # libcst's native parser can overflow the stack on nesting far deeper than CPython accepts:
+    # such files (rare, and found by a C-speed scan) go through CPython's parser first.
+    if _deeply_nested(text):
+        try:
+            ast.parse(text, filename=filename)
+        except SyntaxError as se:
+            if not _newer_fstring(se):
+                if SYNTAX_ERROR not in codes:
+                    return []
+                row = se.lineno or 1
+                lines = text.splitlines()
+                line = lines[row - 1] if 0 < row <= len(lines) else ""
+                return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)]
+        except ValueError as ve:  # null bytes
+            return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {ve}")] if SYNTAX_ERROR in codes else []
+        except (RecursionError, MemoryError):
+            return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as e:
@@ -159,6 +184,14 @@ def lint_text(
     except Exception as e:  # the parser rejects some inputs (e.g. null bytes) with other errors
         if SYNTAX_ERROR not in codes:
             return []
+        try:
+            ast.parse(text, filename=filename)
+        except (SyntaxError, ValueError) as se:
+            msg = se.msg if isinstance(se, SyntaxError) else str(se)
+            row = getattr(se, "lineno", None) or 1
+            return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {msg}", row, getattr(se, "offset", None) or 1)]
+        except (RecursionError, MemoryError):
+            pass
         return [_finding(SYNTAX_ERROR, filename, f"cannot parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}")]
 
     ctx = LintContext(
