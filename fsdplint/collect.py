@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -470,15 +471,23 @@ _SKIP_FIELDS = frozenset({
 _PLAN: dict[type, tuple] = {}
 
 
+# Field annotations that never hold a node (a leaf's text, flags).
+_LEAF_TYPES = (str, bool, int, float, typing.Optional[str])
+_IS_NODE: dict[type, bool] = {}
+
+
 def _plan(visitor: "Collector", cls: type) -> tuple:
     """Per node class: its visit/leave hooks and, per child field, the field hooks."""
     name = cls.__name__
+    vt = type(visitor)
     fields = []
     for f in dataclasses.fields(cls):
         if f.name in _SKIP_FIELDS or f.name.startswith("whitespace"):
             continue
-        fields.append((f.name, getattr(type(visitor), f"visit_{name}_{f.name}", None), getattr(type(visitor), f"leave_{name}_{f.name}", None)))
-    return (getattr(type(visitor), f"visit_{name}", None), getattr(type(visitor), f"leave_{name}", None), tuple(fields))
+        if f.type in _LEAF_TYPES or typing.get_origin(f.type) is typing.Literal:
+            continue
+        fields.append((f.name, getattr(vt, f"visit_{name}_{f.name}", None), getattr(vt, f"leave_{name}_{f.name}", None)))
+    return (getattr(vt, f"visit_{name}", None), getattr(vt, f"leave_{name}", None), tuple(fields))
 
 
 def _walk(visitor: "Collector", node: cst.CSTNode) -> None:
@@ -491,16 +500,26 @@ def _walk(visitor: "Collector", node: cst.CSTNode) -> None:
     visit, leave, fields = plan
     if visit is not None:
         visit(visitor, node)
+    is_node = _IS_NODE
     for fname, fvisit, fleave in fields:
         value = getattr(node, fname)
         if fvisit is not None:
             fvisit(visitor, node)
-        if isinstance(value, cst.CSTNode):
-            _walk(visitor, value)
-        elif isinstance(value, (list, tuple)):
+        vt = type(value)
+        if vt is list or vt is tuple:
             for item in value:
-                if isinstance(item, cst.CSTNode):
+                it = type(item)
+                ok = is_node.get(it)
+                if ok is None:
+                    ok = is_node[it] = issubclass(it, cst.CSTNode)
+                if ok:
                     _walk(visitor, item)
+        else:
+            ok = is_node.get(vt)
+            if ok is None:
+                ok = is_node[vt] = issubclass(vt, cst.CSTNode)
+            if ok:
+                _walk(visitor, value)
         if fleave is not None:
             fleave(visitor, node)
     if leave is not None:
