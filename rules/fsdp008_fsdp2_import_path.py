@@ -146,21 +146,21 @@ class Fsdp2ImportPath(Rule):
             return
         c = ctx.analysis.c
         for node, guards in c.import_froms:
-            if _guarded(guards) or node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
                 continue
             module = dotted(node.module) or ""
             names = [a.name.value if isinstance(a.name, cst.Name) else dotted(a.name) or "" for a in node.names]
             hits = [n for n in names if _is_new_path(module, n)]
-            if hits:
+            if hits and not _guarded(guards):
                 name = "fully_shard" if "fully_shard" in hits else hits[0]
                 ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()))
         seen: set[str] = set()
         for call in c.calls:
             q = call.qualname
-            if _guarded(call.guards) or not isinstance(call.node.func, cst.Attribute) or not q or q in seen:
+            if not isinstance(call.node.func, cst.Attribute) or not q or q in seen:
                 continue
             module, _, name = q.rpartition(".")
-            if _is_new_path(module, name):
+            if _is_new_path(module, name) and not _guarded(call.guards):  # guards last: they cost a codegen
                 seen.add(q)  # one finding per name is enough
                 ctx.report(call.node, self.message.format(name=name, module=module, torch=tv.describe()))
 
