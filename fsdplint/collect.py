@@ -165,6 +165,12 @@ class Collector(cst.CSTVisitor):
         self.methods: dict[tuple[str, str], Scope] = {}
         self.calls: list[Call] = []
         self.import_froms: list[tuple[cst.ImportFrom, tuple[Guard, ...]]] = []
+        # node id -> the unit positions render to locate it: ("top", i) for the i-th top-level
+        # statement, or (FunctionDef, indent tokens, i) for the innermost function.
+        self.top: dict[int, tuple] = {}
+        self._unit: tuple = ("top", -1)
+        self._units: list[tuple] = []
+        self._indent: list[str] = []
         self._by_node: dict[int, Call] = {}
         self._scope_stack: list[Scope] = [self.module_scope]
         self._class_stack: list[str] = []
@@ -186,6 +192,8 @@ class Collector(cst.CSTVisitor):
     def _enter_stmt(self, node: cst.CSTNode) -> None:
         if id(node) in self._elifs:
             return
+        if len(self._blocks) == 1:
+            self._unit = ("top", self._blocks[0][1] + 1)
         top = self._blocks[-1]
         top[1] += 1
         self._stmt.append(Stmt(node, top[0], top[1]))
@@ -228,9 +236,11 @@ class Collector(cst.CSTVisitor):
     # -- blocks & statements -------------------------------------------------------
     def visit_IndentedBlock(self, node) -> None:
         self._blocks.append([node, -1])
+        self._indent.append(node.indent if node.indent is not None else self.module.default_indent)
 
     def leave_IndentedBlock(self, node) -> None:
         self._blocks.pop()
+        self._indent.pop()
 
     def visit_SimpleStatementSuite(self, node) -> None:
         self._blocks.append([node, -1])
@@ -351,6 +361,8 @@ class Collector(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._enter_stmt(node)
+        self._units.append(self._unit)
+        self._unit = (node, tuple(self._indent), self._blocks[0][1])
         params = [p.name.value for p in node.params.params] + [p.name.value for p in node.params.posonly_params]
         params += [p.name.value for p in node.params.kwonly_params]
         klass = self._class_stack[-1] if self._class_stack else None
@@ -368,6 +380,7 @@ class Collector(cst.CSTVisitor):
         self._guards, self._loops, self._withs, self._whiles = [], [], [], 0
 
     def leave_FunctionDef(self, node) -> None:
+        self._unit = self._units.pop()
         self._scope_stack.pop()
         self._guards, self._loops, self._withs, self._whiles = self._saved.pop()
         self._leave_stmt(node)
@@ -500,6 +513,9 @@ def _walk(visitor: "Collector", node: cst.CSTNode) -> None:
     visit, leave, fields = plan
     if visit is not None:
         visit(visitor, node)
+    # The unit that holds the node (after `visit`, which moves to a new one): positions
+    # render only the units that hold a finding.
+    visitor.top[id(node)] = visitor._unit
     is_node = _IS_NODE
     for fname, fvisit, fleave in fields:
         value = getattr(node, fname)

@@ -84,14 +84,15 @@ class LintContext:
         return self._rule_options.get(self.rule.code, {}).get(name, default)
 
     @cached_property
-    def _all_positions(self):
+    def positions(self):
+        """Positions of nodes, computed per top-level statement on first use."""
         from fsdplint.positions import Positions
 
-        return Positions(self.module, self.source, None)
+        return Positions(self.module, self.source, self.analysis.c.top)
 
     def line(self, node: cst.CSTNode) -> int:
-        """1-based line of a node (computed for the whole file once, on first use)."""
-        return self._all_positions.range(node)[0].row
+        """1-based line of a node."""
+        return self.positions.range(node)[0].row
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)

@@ -21,7 +21,6 @@ from fsdplint.context import LintContext
 from fsdplint.findings import Applicability, Finding, Position, Severity
 from fsdplint.fixes import apply_edits, to_fix
 from fsdplint.noqa import NoqaMap
-from fsdplint.positions import Positions
 from fsdplint.registry import all_rules, rules_by_code
 from fsdplint.source import SourceError, SourceFile, decode
 
@@ -227,12 +226,7 @@ def lint_text(
     findings: list[Finding] = _external_findings(ctx, filename)
     ctx.reports = [r for r in ctx.reports if r.setting is None]
     if ctx.reports:
-        nodes = [r.node for r in ctx.reports]
-        for r in ctx.reports:
-            if r.fix is not None:
-                nodes.extend(r.fix.nodes())
-        # Rules that asked for line numbers already paid for every node's position.
-        pos = ctx.__dict__.get("_all_positions") or Positions(module, text, nodes)
+        pos = ctx.positions
         seen = set()
         for r in ctx.reports:
             start, end = pos.range(r.node)

@@ -433,7 +433,7 @@ def extract(analysis: ScriptAnalysis, path: Optional[Path] = None, versions: Opt
     if nodes:
         from fsdplint.positions import Positions
 
-        pos = Positions(module, text or module.code, list(nodes.values()))
+        pos = Positions(module, text or module.code, analysis.c.top if module is analysis.module else None)
         for key, node in nodes.items():
             start, _ = pos.range(node)
             s.locations[key] = (start.row, start.column)
