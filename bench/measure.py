@@ -72,7 +72,7 @@ def run_once(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None
     """One run: (wall s, CPU s, peak RSS MB of the largest process, tree RSS MB or None, rc, stdout)."""
     stdout_path = log or Path(os.devnull)
     if env is None:
-        # Measure tools as installed: pip compiles bytecode at install time, so a session
+        # Measure tools as installed: pip compiles bytecode at install time, so an environment
         # that sets PYTHONDONTWRITEBYTECODE must not make every run recompile the sources.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with open(stdout_path, "wb") as out:
