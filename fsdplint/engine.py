@@ -116,20 +116,23 @@ def _deeply_nested(text: str) -> bool:
     return bool(brackets)
 
 
-def _syntax_error(text: str, filename: str, e: cst.ParserSyntaxError) -> Finding:
-    """CPython's message and position when it agrees the file is invalid (they read better)."""
+def _cpython_verdict(text: str, filename: str) -> Optional[Finding]:
+    """FSDP900 with CPython's message and position when CPython rejects the file (its messages
+    read better than libcst's), else None. Newer-grammar f-strings are left to libcst."""
     try:
         ast.parse(text, filename=filename)
     except SyntaxError as se:
-        if not _newer_fstring(se):
-            row = se.lineno or 1
-            lines = text.splitlines()
-            line = lines[row - 1] if 0 < row <= len(lines) else ""
-            return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)
-    except (ValueError, RecursionError, MemoryError):
-        pass
-    msg = e.message.splitlines()[0] if e.message else "invalid syntax"
-    return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {msg}", e.raw_line, e.raw_column + 1)
+        if _newer_fstring(se):
+            return None
+        row = se.lineno or 1
+        lines = text.splitlines()
+        line = lines[row - 1] if 0 < row <= len(lines) else ""
+        return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)
+    except ValueError as ve:  # null bytes
+        return _finding(SYNTAX_ERROR, filename, f"SyntaxError: {ve}")
+    except (RecursionError, MemoryError):
+        return _finding(SYNTAX_ERROR, filename, "too deeply nested to parse")
+    return None
 
 
 def lint_text(
@@ -146,52 +149,32 @@ def lint_text(
     if noqa.file_exempt:
         return []
     launch = settings.options.get("launch")
+    report = SYNTAX_ERROR in codes
     if settings.prefilter and launch is None and not any(w in text for w in TRIGGER_WORDS):
         # Nothing any rule looks for: only make sure the file parses.
-        try:
-            ast.parse(text, filename=filename)
-            return []
-        except (SyntaxError, ValueError):
-            pass  # libcst below gives the error its position
-        except RecursionError:
-            return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
+        bad = _cpython_verdict(text, filename)
+        return [bad] if bad is not None and report else []
     # libcst's native parser can overflow the stack on nesting far deeper than CPython accepts:
     # such files (rare, and found by a C-speed scan) go through CPython's parser first.
     if _deeply_nested(text):
-        try:
-            ast.parse(text, filename=filename)
-        except SyntaxError as se:
-            if not _newer_fstring(se):
-                if SYNTAX_ERROR not in codes:
-                    return []
-                row = se.lineno or 1
-                lines = text.splitlines()
-                line = lines[row - 1] if 0 < row <= len(lines) else ""
-                return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {se.msg}", row, se.offset or 1, line)]
-        except ValueError as ve:  # null bytes
-            return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {ve}")] if SYNTAX_ERROR in codes else []
-        except (RecursionError, MemoryError):
-            return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
+        bad = _cpython_verdict(text, filename)
+        if bad is not None:
+            return [bad] if report else []
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as e:
-        if SYNTAX_ERROR not in codes:
+        if not report:
             return []
-        return [_syntax_error(text, filename, e)]
+        msg = e.message.splitlines()[0] if e.message else "invalid syntax"
+        return [_cpython_verdict(text, filename)
+                or _finding(SYNTAX_ERROR, filename, f"SyntaxError: {msg}", e.raw_line, e.raw_column + 1)]
     except RecursionError:
-        return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if SYNTAX_ERROR in codes else []
+        return [_finding(SYNTAX_ERROR, filename, "too deeply nested to parse")] if report else []
     except Exception as e:  # the parser rejects some inputs (e.g. null bytes) with other errors
-        if SYNTAX_ERROR not in codes:
+        if not report:
             return []
-        try:
-            ast.parse(text, filename=filename)
-        except (SyntaxError, ValueError) as se:
-            msg = se.msg if isinstance(se, SyntaxError) else str(se)
-            row = getattr(se, "lineno", None) or 1
-            return [_finding(SYNTAX_ERROR, filename, f"SyntaxError: {msg}", row, getattr(se, "offset", None) or 1)]
-        except (RecursionError, MemoryError):
-            pass
-        return [_finding(SYNTAX_ERROR, filename, f"cannot parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}")]
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return [_cpython_verdict(text, filename) or _finding(SYNTAX_ERROR, filename, f"cannot parse: {detail}")]
 
     ctx = LintContext(
         filename=filename,

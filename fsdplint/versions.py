@@ -108,13 +108,13 @@ def _read(path: Path) -> str:
 
 
 def _toml(path: Path) -> dict:
+    """A pyproject.toml's tables; a broken one declares nothing (the config loader reports it)."""
+    from fsdplint.config import _read_toml
+    from fsdplint.errors import UsageError
+
     try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        return tomllib.loads(_read(path))
-    except Exception:
+        return _read_toml(path)
+    except UsageError:
         return {}
 
 

@@ -10,6 +10,18 @@ from pathlib import Path
 
 from fsdplint import registry
 
+# LoRA injected after FSDP1 wrapping: FSDP101, and nothing else, on every target version.
+BUGGY = """\
+import torch
+from peft import LoraConfig, get_peft_model
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def main(model):
+    model = FSDP(model, use_orig_params=True)
+    model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    return model
+"""
+
 HEADER = """\
 import libcst as cst
 

@@ -7,20 +7,10 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from robust_support import extra_rule
+from robust_support import BUGGY, extra_rule
 
 from fsdplint.cli import main
 
-BUGGY = """\
-import torch
-from peft import LoraConfig, get_peft_model
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-def main(model):
-    model = FSDP(model, use_orig_params=True)
-    model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
-    return model
-"""
 
 EXPLODING = """
 class ExplodingRule(Rule):
