@@ -5,7 +5,6 @@ Exit codes as ruff: 0 nothing left to report, 1 findings left, 2 usage or intern
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from pathlib import Path
@@ -259,6 +258,8 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
                 sys.stdout.write(stdin_text)  # nothing to fix: an editor piping through us keeps its text
             continue
         if diff:
+            import difflib
+
             diff_changes = True
             sys.stdout.write(
                 "".join(

@@ -19,15 +19,16 @@ from fsdplint.resolve import Resolver, dotted
 
 # A rank expression: `rank`, `local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, `args.rank`.
 _RANK = r"""\w*(?i:rank)\w*(?:\(\))?["'\]\)]*"""
-_RANK0 = re.compile(
+# Patterns as strings: `re` compiles them on first use (and caches them), only for files with such guards.
+_RANK0 = (
     rf"(\b{_RANK}\s*(==|<=|<)\s*[01]\b)|(\b0\s*==\s*{_RANK})|(\b{_RANK}\s+in\s*[\[(]\s*-?[01]\s*,\s*-?[01]\s*[\])])|"
     r"^\s*not\s+[\w.]*(?i:rank)\w*(\(\))?\s*$|is_main_process|is_local_main_process|"
     r"is_world_process_zero|process_index\s*==\s*0|is_master|master_process|rank_zero|is_rank_?0|\brank0\b"
 )
-_NOT_RANK0 = re.compile(
+_NOT_RANK0 = (
     rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)"
 )
-_VERSION = re.compile(r"version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature|find_spec", re.I)
+_VERSION = r"(?i)version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature|find_spec"
 # `try: ... except ImportError:` makes an import inside optional.
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"})
 
@@ -211,11 +212,11 @@ class Collector(cst.CSTVisitor):
 
     def _guard_kind(self, test: cst.BaseExpression, scopes) -> str:
         text = self._with_bindings(self._text(test), scopes)
-        if _NOT_RANK0.search(text):
+        if re.search(_NOT_RANK0, text):
             return "not_rank0"
-        if _RANK0.search(text):
+        if re.search(_RANK0, text):
             return "rank0"
-        if _VERSION.search(text):
+        if re.search(_VERSION, text):
             return "version"
         return "other"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -201,7 +200,7 @@ def lint_text(
             detail = f": {type(e).__name__}: {e}".splitlines()[0]
             msg = f"rule {rule.code} ({rule.name}) failed on this file{detail}"
             if settings.show_internal_errors:
-                msg += "\n" + traceback.format_exc()
+                msg += "\n" + _traceback()
             if INTERNAL_ERROR in codes:
                 errors.append(_finding(INTERNAL_ERROR, filename, msg))
     ctx.rule = None
@@ -274,6 +273,12 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
 def _selected_fixes(findings: list[Finding], mode: str) -> list[Finding]:
     allowed = {Applicability.SAFE} | ({Applicability.UNSAFE} if mode == "unsafe" else set())
     return [f for f in findings if f.fix is not None and f.fix.applicability in allowed and f.fix.edits]
+
+
+def _traceback() -> str:
+    import traceback
+
+    return traceback.format_exc()
 
 
 def _newer_fstring(se: SyntaxError) -> bool:
@@ -427,5 +432,5 @@ def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) ->
     except Exception as e:
         msg = f"internal error while linting: {type(e).__name__}: {e}".splitlines()[0]
         if settings.show_internal_errors:
-            msg += "\n" + traceback.format_exc()
+            msg += "\n" + _traceback()
         return FileResult(filename, [_finding(INTERNAL_ERROR, filename, msg)])

@@ -1,5 +1,4 @@
 from fsdplint.audit.examples import spec
-from fsdplint.audit.params import dtype_name
 from fsdplint.analysis import QName
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, unsafe
@@ -248,6 +247,8 @@ class MixedDtypeUnit(Rule):
                      if len({p.dtype for p in u.params if p.kind != "4bit"}) > 1
                      and len({p.dtype for p in u.params if p.requires_grad}) <= 1]
             if mixed:
+                from fsdplint.audit.params import dtype_name
+
                 names = sorted({dtype_name(p.dtype) for p in mixed[0].params if p.kind != "4bit"})
                 ctx.report(self, f"FSDP2 unit {mixed[0].label} mixes dtypes {names}: torch "
                                  f"{ctx.torch_version} ({ctx.torch_version_source}) requires one dtype for "

@@ -1,5 +1,3 @@
-import difflib
-
 from fsdplint.audit.examples import spec, tiny
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
@@ -207,6 +205,8 @@ class LoraTargetNotFound(Rule):
 
     @staticmethod
     def _suggest(ctx, targets) -> str:
+        import difflib
+
         import torch.nn as nn
 
         leaves = sorted({n.rsplit(".", 1)[-1] for n, m in ctx.built.base.named_modules()

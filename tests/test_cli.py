@@ -171,6 +171,36 @@ def test_console_script_subprocess(project):
     assert p.returncode == 0
 
 
+def test_console_script_delivers_a_large_report_whole(project):
+    """The console script ends with a fast exit: a report far larger than a pipe's buffer,
+    to stdout and to `-o`, still arrives whole, with the right exit code."""
+    exe = shutil.which("fsdplint", path=os.path.dirname(sys.executable)) or shutil.which("fsdplint")
+    for i in range(150):
+        shutil.copy(project / "buggy.py", project / f"b{i:03}.py")
+    p = subprocess.run([exe, "--isolated", "-j", "1", "--output-format", "json", str(project)], capture_output=True, text=True)
+    assert p.returncode == 1 and len(p.stdout) > 2 * 65536  # a pipe holds 64 KiB
+    assert len(json.loads(p.stdout)) == 151
+    out = project.parent / "report.json"
+    p = subprocess.run([exe, "--isolated", "-j", "1", "--output-format", "json", "-o", str(out), str(project)], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stdout == ""
+    assert len(json.loads(out.read_text())) == 151
+
+
+def test_console_script_into_a_closed_pipe(project):
+    """`fsdplint DIR | head -1`: the reader leaves early; no traceback, no hang."""
+    exe = shutil.which("fsdplint", path=os.path.dirname(sys.executable)) or shutil.which("fsdplint")
+    for i in range(150):
+        shutil.copy(project / "buggy.py", project / f"b{i:03}.py")
+    proc = subprocess.Popen([exe, "--isolated", "-j", "1", "--output-format", "full", str(project)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) != 0
+    assert b"FSDP101" in first
+    assert "Traceback" not in err
+
+
 def test_target_version_flags(tmp_path):
     bad = tmp_path / "t.py"
     bad.write_text("x = 1\n")
