@@ -24,7 +24,7 @@ def _clean(text: str, bench) -> str:
 
 
 def _s(x: float) -> str:
-    return f"{x:.2f}" if x < 100 else f"{x:.0f}"
+    return f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
 def _ok(*results: Result | None) -> bool:

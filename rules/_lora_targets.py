@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from pathlib import Path
@@ -97,6 +96,8 @@ def check(rule, ctx) -> None:
             leaf = t.rsplit(".", 1)[-1] if not t.rsplit(".", 1)[-1].isdigit() else t.split(".")[0]
             if _REGEX_CHARS.search(t) or leaf in names:
                 continue
+            import difflib  # only for a target that is not a known name
+
             close = difflib.get_close_matches(leaf, sorted(names), n=2, cutoff=0.8)
             if family is None and not (close and transformers_model):
                 continue  # unknown architecture: only a near-miss of a real name is reported

@@ -1,7 +1,6 @@
 import libcst as cst
 
 from fsdplint.audit.examples import spec
-from fsdplint.audit.params import dtype_name
 from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
@@ -248,6 +247,8 @@ class QloraQuantStorageMismatch(Rule):
     ]
 
     def audit(self, ctx):
+        from fsdplint.audit.params import dtype_name
+
         if ctx.plan.version != 1:
             return
         storage = ctx.built.quant_storage
