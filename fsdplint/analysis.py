@@ -160,18 +160,53 @@ class Timeline:
         return [e for e in self.events if e.kind == kind and (entity is None or e.entity == entity)]
 
     def before(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
-        """Events of these kinds on the entity that can run before `event` (not in an exclusive branch)."""
+        """Events of these kinds on the entity that can run before `event` (not in an exclusive branch,
+        nor before the name was bound to a freshly loaded model on the way to `event`)."""
         kinds = set(kinds)
         ent = entity if entity is not None else event.entity
         return [e for e in self.events if e.seq < event.seq and e.kind in kinds and e.entity == ent
-                and not self.exclusive(e, event)]
+                and not self.exclusive(e, event) and not self.rebound(ent, e, event)]
 
     def after(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
-        """Events of these kinds on the entity that can run after `event` (not in an exclusive branch)."""
+        """Events of these kinds on the entity that can run after `event` (as `before`)."""
         kinds = set(kinds)
         ent = entity if entity is not None else event.entity
         return [e for e in self.events if e.seq > event.seq and e.kind in kinds and e.entity == ent
-                and not self.exclusive(e, event)]
+                and not self.exclusive(e, event) and not self.rebound(ent, event, e)]
+
+    def rebound(self, entity: Optional[str], first: Event, then: Event) -> bool:
+        """Between the two events, the entity's name is bound to a freshly loaded model
+        (`model = AutoModel.from_pretrained(...)`, perhaps with `.to(...)`) on every path to `then`:
+        what happened before concerned another object."""
+        if entity is None:
+            return False
+        guards = {id(g) for g in then.call.guards} if then.call is not None else set()
+        for step in self._fresh_loads:
+            if not first.seq < step.order < then.seq or step.prefix != then.step.prefix:
+                continue
+            if any(id(g) not in guards for g in step.item.guards):
+                continue  # a conditional reload: the old object may still be the one used
+            if any(self.find(step.key(d)) == entity for d in map(dotted, step.item.targets) if d):
+                return True
+        return False
+
+    @cached_property
+    def _fresh_loads(self) -> list[Step]:
+        by_node = self.analysis.c._by_node
+        out = []
+        for step in self.steps:
+            call = step.call
+            if call is None or not call.targets:
+                continue
+            node = call.node
+            # `load(...).to(device)`, `.cuda()`, `.eval()`: the model is the loaded one.
+            while isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Call) and by_node.get(id(node)) is not None \
+                    and by_node[id(node)].api != "load_model":
+                node = node.func.value
+            inner = by_node.get(id(node))
+            if inner is not None and inner.api == "load_model":
+                out.append(step)
+        return out
 
     def exclusive(self, a: Event, b: Event) -> bool:
         """True when the two events sit in branches that never both run (`if x:` / `else:`, `elif`, ...)."""
@@ -209,13 +244,21 @@ class Timeline:
         for e in self.events:
             if e.seq >= seq:
                 break
-            if e.entity != entity or (at is not None and self.exclusive(e, at)):
+            if e.entity != entity or (at is not None and (self.exclusive(e, at) or self.rebound(entity, e, at))):
                 continue
             if e.kind == "wrap1":
                 state = "fsdp1"
             elif e.kind == "shard2":
                 state = "fsdp2"
         return state
+
+
+def _fsdp_version(call: Call) -> int:
+    return 1 if call.api == "FSDP1" else 2
+
+
+def _is_test(scope: Scope) -> bool:
+    return scope.node is not None and scope.name.startswith("test")
 
 
 class ScriptAnalysis:
@@ -235,15 +278,50 @@ class ScriptAnalysis:
 
     @cached_property
     def uses_fsdp1(self) -> bool:
-        return bool(self.calls("FSDP1")) or bool(self.launch_fsdp_version == 1)
+        return 1 in self.fsdp_at(None)
 
     @cached_property
     def uses_fsdp2(self) -> bool:
-        return bool(self.calls("fully_shard")) or bool(self.launch_fsdp_version == 2)
+        return 2 in self.fsdp_at(None)
 
     @cached_property
     def uses_fsdp(self) -> bool:
-        return self.uses_fsdp1 or self.uses_fsdp2 or self.launch_fsdp_version is not None
+        return bool(self.fsdp_at(None))
+
+    def fsdp_at(self, call: Optional[Call], launch: bool = True) -> frozenset:
+        """The FSDP versions the code at `call` (None: the script) runs under — 1, 2, or the launch
+        config's own value — from the launch config and the script's FSDP calls.
+
+        A test function (`test*`, as pytest and unittest collect them) is a program of its own: FSDP
+        in one test says nothing about the code of another, nor about the code outside the tests. So
+        code that runs only inside tests sees only its own tests' FSDP calls, and FSDP calls that run
+        only inside tests do not count for the rest of the file. `launch=False`: the script's calls only."""
+        out = frozenset() if self.launch_fsdp_version is None or not launch else frozenset({self.launch_fsdp_version})
+        test_only, own = self._test_fsdp
+        if call is None or id(call) not in test_only:
+            return out | frozenset(_fsdp_version(c) for c in self.calls("FSDP1", "fully_shard") if id(c) not in test_only)
+        return out | frozenset(v for ids, versions in own if id(call) in ids for v in versions)
+
+    def fsdp1_at(self, call: Optional[Call]) -> bool:
+        """FSDP1 reaches the code at `call`: an FSDP1 call, or an FSDP launch that is not FSDP2."""
+        versions = self.fsdp_at(call)
+        return 1 in versions or (bool(versions) and 2 not in versions)
+
+    @cached_property
+    def _test_fsdp(self) -> tuple[set[int], list[tuple[set[int], frozenset]]]:
+        """(ids of the calls that run only inside test functions, [(ids of a test's calls, its FSDP versions)])."""
+        in_tests: set[int] = set()
+        elsewhere: set[int] = set()
+        own = []
+        for t in self.timelines:
+            calls = [s.item for s in t.steps if isinstance(s.item, Call)]
+            ids = {id(c) for c in calls}
+            if _is_test(t.scope):
+                in_tests |= ids
+                own.append((ids, frozenset(_fsdp_version(c) for c in calls if c.api in ("FSDP1", "fully_shard"))))
+            else:
+                elsewhere |= ids
+        return in_tests - elsewhere, own
 
     @cached_property
     def uses_peft(self) -> bool:

@@ -113,8 +113,8 @@ class FsdpCheckpointing:
 
 def fsdp_checkpointing(a) -> list[FsdpCheckpointing]:
     out: list[FsdpCheckpointing] = []
-    if a.uses_fsdp:
-        for ev in a.events("ac"):
+    for ev in a.events("ac"):
+        if a.fsdp_at(ev.call):
             out.append(FsdpCheckpointing(ev.node))
     launch = getattr(a, "launch", None)
     if launch is not None and launch.uses_fsdp:

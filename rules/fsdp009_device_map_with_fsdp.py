@@ -63,6 +63,18 @@ class DeviceMapWithFsdp(Rule):
     references = ("transformers#31557", "transformers#29587")
 
     VALID = [
+        # Tests: the test that dispatches the model is not the one that wraps a model with FSDP.
+        """
+        from transformers import AutoModelForCausalLM, Trainer
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def test_offloaded_training():
+            model = AutoModelForCausalLM.from_pretrained(name, device_map="auto")
+            Trainer(model=model, args=args).train()
+
+        def test_fsdp_wrap():
+            FSDP(AutoModelForCausalLM.from_pretrained(name))
+        """,
         """
         import torch
         from transformers import AutoModelForCausalLM
@@ -180,8 +192,7 @@ class DeviceMapWithFsdp(Rule):
 
     def check(self, ctx) -> None:
         a = ctx.analysis
-        via = _fsdp_source(a)
-        if via is None:
+        if a.launch_fsdp_version is None and not a.calls("FSDP1", "fully_shard"):
             return
         for t in a.timelines:
             for ev in t.events:
@@ -194,7 +205,8 @@ class DeviceMapWithFsdp(Rule):
                 value = a.value(arg.value, call.scope)
                 if not _dispatches(value):
                     continue
-                if not _is_trained(a, t, ev):
+                via = _fsdp_source(a, call)
+                if via is None or not _is_trained(a, t, ev):
                     continue
                 text = remove_keyword(call.node, "device_map")
                 fix = unsafe("Remove device_map", Replace(call.node, text)) if text else None
@@ -209,9 +221,9 @@ def _dispatches(value) -> bool:
     return False
 
 
-def _fsdp_source(a):
-    """How this script uses FSDP (for the message), or None."""
-    if a.calls("FSDP1") or a.calls("fully_shard"):
+def _fsdp_source(a, call):
+    """How the code at `call` comes to run under FSDP (for the message), or None."""
+    if a.fsdp_at(call, launch=False):
         return ""
     launch = getattr(a, "launch", None)
     if a.launch_fsdp_version is not None:

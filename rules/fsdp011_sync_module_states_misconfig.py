@@ -110,6 +110,15 @@ class SyncModuleStatesMisconfig(Rule):
         model = AutoModelForCausalLM.from_pretrained(name).cuda()
         model = fsdp.FullyShardedDataParallel(model, sync_module_states=True)
         """,
+        # A quantized load without device_map lands on the current GPU (transformers' quantizers set it).
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb, dtype=torch.float32)
+        FSDP(model, auto_wrap_policy=policy, use_orig_params=False, sync_module_states=True)
+        """,
         # FSDP settings passed through **kwargs: not known statically.
         """
         from transformers import AutoModelForCausalLM
@@ -291,8 +300,8 @@ def _loads_of(t, entity, before_seq):
 def _on_cpu(a, t, wrap, loads) -> bool:
     """Every load puts the model on the CPU and nothing moves it to a GPU before the wrap."""
     for ld in loads:
-        if ld.kw("device_map") is not None:
-            return False
+        if any(ld.kw(k) is not None for k in ("device_map", "quantization_config", "load_in_4bit", "load_in_8bit")):
+            return False  # placed by the caller, or by transformers' quantizer on the current GPU
         for w in ld.withs:
             if "meta" in a.code(w) or "cuda" in a.code(w) or "device" in a.code(w):
                 return False

@@ -60,6 +60,18 @@ class LoraAfterFsdpWrap(Rule):
     references = ("transformers#48792", "FastVideo#1666", "fms-hf-tuning#143")
 
     VALID = [
+        # The name is bound to a newly loaded model: the LoRA goes into that one, not into the wrapped one.
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(name), config)
+        model = FSDP(model, use_orig_params=True)
+        state_dict = get_peft_model_state_dict(model)
+        del model
+        model = AutoModelForCausalLM.from_pretrained(name).to(device)
+        model = get_peft_model(model, config)
+        """,
         """
         from peft import get_peft_model
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -98,6 +110,20 @@ class LoraAfterFsdpWrap(Rule):
         """,
     ]
     INVALID = [
+        # Only a conditional reload: on the other path the wrapped model gets the LoRA.
+        Invalid(
+            """
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained(name)
+            model = FSDP(model, use_orig_params=True)
+            if fresh:
+                model = AutoModelForCausalLM.from_pretrained(name)
+            model = get_peft_model(model, config)
+            """,
+            line=8,
+        ),
         Invalid(
             """
             from peft import get_peft_model

@@ -93,6 +93,20 @@ class KbitPrepUnderFsdp(Rule):
             """,
             options={"accelerate_config": YAML_FSDP1},
         ),
+        # A test suite: the QLoRA test does not run under the FSDP test's wrap.
+        """
+        import unittest
+        from peft import get_peft_model, prepare_model_for_kbit_training
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class GPUTests(unittest.TestCase):
+            def test_qlora_training(self):
+                model = prepare_model_for_kbit_training(load_4bit())
+                get_peft_model(model, cfg)
+
+            def test_fsdp_wrap(self):
+                FSDP(get_peft_model(load(), cfg), use_orig_params=False)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -137,9 +151,9 @@ class KbitPrepUnderFsdp(Rule):
 
     def check(self, ctx) -> None:
         a = ctx.analysis
-        if not (a.uses_fsdp1 or (a.uses_fsdp and not a.uses_fsdp2)):
-            return
         for call in a.calls("prepare_model_for_kbit_training"):
+            if not a.fsdp1_at(call):
+                continue
             if any("fsdp" in a.code(getattr(g.node, "test", g.node)).lower() for g in call.guards):
                 continue
             ctx.report(

@@ -28,7 +28,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
     have a grad_fn`, or the LoRA weights inside the checkpointed layers silently get no gradient.
 
     peft calls `enable_input_require_grads()` itself in `get_peft_model` when checkpointing was enabled
-    *before* it on an unquantized model, and in `prepare_model_for_kbit_training`; transformers does it
+    *before* it on an unquantized model, in `prepare_model_for_kbit_training` and in
+    `PeftModel.prepare_model_for_gradient_checkpointing`; transformers does it
     when the adapter was added with `model.add_adapter`; trl's trainers do it for PEFT models. Those
     cases are not reported.
 
@@ -73,6 +74,13 @@ class ReentrantCheckpointingFrozenBase(Rule):
         model = add_lora(model, lora_config)
         model.enable_input_require_grads()
         model.gradient_checkpointing_enable()
+        """,
+        # PeftModel.prepare_model_for_gradient_checkpointing enables input grads (or the embedding hook).
+        """
+        from peft import get_peft_model
+        lora_model = get_peft_model(base_model, lora_config)
+        lora_model.prepare_model_for_gradient_checkpointing(lora_model)
+        lora_model.gradient_checkpointing_enable()
         """,
         # Checkpointing enabled before get_peft_model: peft enables input grads itself.
         """
@@ -195,7 +203,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
             return
         if ctx.version("transformers") >= NON_REENTRANT_DEFAULT_SINCE:
             return  # v5 checkpoints non-reentrantly by default and enables input grads for text models itself
-        if a.method_calls("enable_input_require_grads") or _input_grad_hook(a):
+        if a.method_calls("enable_input_require_grads", "prepare_model_for_gradient_checkpointing") or _input_grad_hook(a):
             return
         lora_calls = a.calls("get_peft_model", "inject_adapter_in_model", "PeftModel_from_pretrained", "LoraConfig")
         if not lora_calls and a.method_calls("add_adapter"):

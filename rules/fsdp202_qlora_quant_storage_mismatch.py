@@ -201,10 +201,10 @@ class QloraQuantStorageMismatch(Rule):
 
     def check(self, ctx) -> None:
         a = ctx.analysis
-        if not (a.uses_fsdp1 or (a.uses_fsdp and not a.uses_fsdp2)):
-            return
         loads = a.calls("load_model")
         for bnb in a.calls("BitsAndBytesConfig"):
+            if not a.fsdp1_at(bnb):
+                continue
             if _resolved(a, bnb, "load_in_4bit") is not True:
                 continue
             storage = a.keyword(bnb, "bnb_4bit_quant_storage")

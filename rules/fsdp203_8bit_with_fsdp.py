@@ -68,6 +68,19 @@ class EightBitWithFsdp(Rule):
         model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb, dtype=torch.bfloat16)
         model = FSDP(model)
         """,
+        # A test file: each test is a program of its own, and only another test uses FSDP.
+        """
+        from transformers import AutoModelForCausalLM
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class TestQuantized:
+            def test_8bit_generate(self):
+                model = AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True)
+                model.generate(**inputs)
+
+            def test_fsdp_wrap(self):
+                FSDP(AutoModelForCausalLM.from_pretrained(name))
+        """,
         # Explicitly off.
         Valid(
             """
@@ -78,6 +91,21 @@ class EightBitWithFsdp(Rule):
         ),
     ]
     INVALID = [
+        # The same test loads in 8-bit and wraps with FSDP.
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def test_8bit_fsdp():
+                model = AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True)
+                FSDP(model)
+
+            def test_generate():
+                AutoModelForCausalLM.from_pretrained(name).generate(**inputs)
+            """,
+            line=5,
+        ),
         Invalid(
             """
             from transformers import AutoModelForCausalLM, BitsAndBytesConfig
@@ -118,9 +146,9 @@ class EightBitWithFsdp(Rule):
 
     def check(self, ctx) -> None:
         a = ctx.analysis
-        if not a.uses_fsdp:
-            return
         for call in a.calls("BitsAndBytesConfig", "load_model"):
+            if not a.fsdp_at(call):
+                continue
             expr = a.keyword(call, "load_in_8bit")
             if expr is None or expr is UNKNOWN or a.value(expr, call.scope) is not True:
                 continue

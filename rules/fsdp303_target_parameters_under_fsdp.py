@@ -108,10 +108,8 @@ class TargetParametersUnderFsdp(Rule):
 
     def check(self, ctx) -> None:
         a = ctx.analysis
-        if not a.uses_fsdp:
-            return
         for call in a.calls("LoraConfig"):
-            if target_parameters(a, call):
+            if a.fsdp_at(call) and target_parameters(a, call):
                 ctx.report(
                     call.kwarg("target_parameters") or call.node,
                     "LoRA on target_parameters (lora.ParamWrapper) reads the full parameter, but FSDP shards it: "
