@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator, Optional, Union
 
 import libcst as cst
 
+from fsdplint.apis import MODEL_LOADER_METHODS
 from fsdplint.collect import AttrSet, Call, Collector, Scope, collect
 from fsdplint.resolve import dotted
 
@@ -204,7 +205,8 @@ class Timeline:
                     and by_node[id(node)].api != "load_model":
                 node = node.func.value
             inner = by_node.get(id(node))
-            if inner is not None and inner.api == "load_model":
+            # A loader the resolver cannot name (`self.model_class.from_pretrained(...)`) builds a new object too.
+            if inner is not None and (inner.api == "load_model" or (inner.api is None and inner.method in MODEL_LOADER_METHODS)):
                 out.append(step)
         return out
 

@@ -85,11 +85,14 @@ def check(rule, ctx) -> None:
     if family is None:
         family, model_id = _family_from_loads(a)
         where = f'from_pretrained("{model_id}")' if family else ""
-    transformers_model = bool(a.calls("load_model"))
+    loads = {id(c) for c in a.calls("load_model")}
+    # Per program (entry function with its helpers inlined): a test's config says nothing of another test's model.
+    programs = [ids for ids in ({id(s.item) for s in t.steps} for t in a.timelines) if ids & loads] if loads else []
     for call in configs:
         targets = _targets(a, call)
         if not targets:
             continue
+        transformers_model = any(id(call) in ids for ids in programs)
         names = FAMILIES[family] if family else ALL_NAMES
         missing = []
         for t in targets:

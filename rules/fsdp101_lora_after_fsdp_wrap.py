@@ -72,6 +72,18 @@ class LoraAfterFsdpWrap(Rule):
         model = AutoModelForCausalLM.from_pretrained(name).to(device)
         model = get_peft_model(model, config)
         """,
+        # Also through a loader class the linter cannot resolve (a test's `self.model_class`).
+        """
+        from peft import get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class TestFSDP:
+            def test_roundtrip(self):
+                model = get_peft_model(self.model_class.from_pretrained(name), config).eval()
+                model = FSDP(model, use_orig_params=True)
+                model = self.model_class.from_pretrained(name).to(self.device)
+                model = get_peft_model(model, config).eval()
+        """,
         """
         from peft import get_peft_model
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

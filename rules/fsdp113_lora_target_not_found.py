@@ -68,6 +68,18 @@ class LoraTargetNotFound(Rule):
         model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B")
         cfg = LoraConfig(r=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
         """,
+        # A test of a custom model: another test's transformers model says nothing about its names.
+        """
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        def test_custom_mlp():
+            get_peft_model(MLP(), LoraConfig(target_modules=["layer1"]))
+
+        def test_causal_lm():
+            model = AutoModelForCausalLM.from_pretrained("hf-internal-testing/tiny-random-OPTForCausalLM")
+            get_peft_model(model, LoraConfig(target_modules=["q_proj", "v_proj"]))
+        """,
         # Names of a custom model are not guessed at.
         """
         from peft import LoraConfig as LC

@@ -56,6 +56,22 @@ class ExpertsAsBareParameters(Rule):
     - peft docs package_reference/lora.md
     """
     VALID = [
+        # The fused-expert class is local to one test; the LoraConfig belongs to another.
+        """
+        import torch
+        from torch import nn
+        from peft import LoraConfig
+
+        def test_selector_on_moe():
+            class DummyMoE(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.gate_up_proj = nn.Parameter(torch.randn(2, 16, 32))
+            select(DummyMoE())
+
+        def test_text_encoder():
+            cfg = LoraConfig(target_modules=["q_proj", "v_proj", "fc1", "fc2"])
+        """,
         # Experts as modules: target_modules reaches every expert's Linear.
         """
         import torch.nn as nn
@@ -102,6 +118,22 @@ class ExpertsAsBareParameters(Rule):
         """,
     ]
     INVALID = [
+        # A test that defines the fused experts and configures LoRA for them.
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            from peft import LoraConfig, get_peft_model
+
+            def test_lora_on_moe():
+                class DummyMoE(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.gate_up_proj = nn.Parameter(torch.randn(2, 16, 32))
+                get_peft_model(DummyMoE(), LoraConfig(target_modules=["gate_up_proj"]))
+            """,
+            line=9,
+        ),
         Invalid(
             """
             import torch
@@ -177,10 +209,14 @@ class ExpertsAsBareParameters(Rule):
             configs.append((lc, targets, {p.rsplit(".", 1)[-1] for p in tparams if isinstance(p, str)}))
         if not configs:
             return
-        for klass, attr, node, kind in _bare_experts(a):
+        experts = _bare_experts(a)
+        local = _function_local_classes(a) if experts else {}
+        for klass, attr, node, kind in experts:
             for lc, targets, reached in configs:
                 if attr in reached:
                     continue
+                if klass in local and lc.scope is not local[klass]:
+                    continue  # a class defined in another function (another test): this config never sees it
                 if not (targets & _MLP_NAMES or attr in targets or any(t in attr for t in targets if len(t) > 2)):
                     continue
                 ctx.report(
@@ -259,6 +295,32 @@ def _bare_experts(a):
                 out.append((scope.klass, attr, s.value, "an nn.ParameterList"))
             elif call.api == "nn_Parameter" and expertish and _dims(call.arg(0, "data")) == 3:
                 out.append((scope.klass, attr, s.value, "a fused 3-D nn.Parameter"))
+    return out
+
+
+def _function_local_classes(a) -> dict:
+    """Class name -> the function that defines it (a class inside a function is local to it)."""
+    import libcst as cst
+
+    out = {}
+
+    def classes(stmts):
+        for st in stmts:
+            if isinstance(st, cst.ClassDef):
+                yield st
+            elif not isinstance(st, cst.FunctionDef):
+                for part in (getattr(st, "body", None), getattr(st, "orelse", None), getattr(st, "finalbody", None),
+                             *getattr(st, "handlers", ())):
+                    inner = getattr(part, "body", None)
+                    if isinstance(inner, cst.BaseSuite):
+                        inner = inner.body
+                    if isinstance(inner, (list, tuple)):
+                        yield from classes(inner)
+
+    for scope in a.c.scopes:
+        if isinstance(scope.node, cst.FunctionDef):
+            for cls in classes(scope.node.body.body):
+                out.setdefault(cls.name.value, scope)
     return out
 
 
