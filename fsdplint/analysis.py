@@ -157,6 +157,11 @@ class Timeline:
     def find(self, key: str) -> str:
         return self.uf.find(key)
 
+    @cached_property
+    def item_ids(self) -> frozenset:
+        """ids of the calls and assignments this program runs (its entry function and inlined helpers)."""
+        return frozenset(id(s.item) for s in self.steps)
+
     def of(self, kind: str, entity: Optional[str] = None) -> list[Event]:
         return [e for e in self.events if e.kind == kind and (entity is None or e.entity == entity)]
 
@@ -310,19 +315,18 @@ class ScriptAnalysis:
         return 1 in versions or (bool(versions) and 2 not in versions)
 
     @cached_property
-    def _test_fsdp(self) -> tuple[set[int], list[tuple[set[int], frozenset]]]:
+    def _test_fsdp(self) -> tuple[set[int], list[tuple[frozenset, frozenset]]]:
         """(ids of the calls that run only inside test functions, [(ids of a test's calls, its FSDP versions)])."""
         in_tests: set[int] = set()
         elsewhere: set[int] = set()
         own = []
         for t in self.timelines:
-            calls = [s.item for s in t.steps if isinstance(s.item, Call)]
-            ids = {id(c) for c in calls}
             if _is_test(t.scope):
-                in_tests |= ids
-                own.append((ids, frozenset(_fsdp_version(c) for c in calls if c.api in ("FSDP1", "fully_shard"))))
+                in_tests |= t.item_ids
+                own.append((t.item_ids, frozenset(_fsdp_version(s.item) for s in t.steps
+                                                  if isinstance(s.item, Call) and s.item.api in ("FSDP1", "fully_shard"))))
             else:
-                elsewhere |= ids
+                elsewhere |= t.item_ids
         return in_tests - elsewhere, own
 
     @cached_property

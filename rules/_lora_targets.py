@@ -87,7 +87,7 @@ def check(rule, ctx) -> None:
         where = f'from_pretrained("{model_id}")' if family else ""
     loads = {id(c) for c in a.calls("load_model")}
     # Per program (entry function with its helpers inlined): a test's config says nothing of another test's model.
-    programs = [ids for ids in ({id(s.item) for s in t.steps} for t in a.timelines) if ids & loads] if loads else []
+    programs = [t.item_ids for t in a.timelines if t.item_ids & loads] if loads else []
     for call in configs:
         targets = _targets(a, call)
         if not targets:
