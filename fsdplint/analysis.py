@@ -198,21 +198,16 @@ class Timeline:
 
     @cached_property
     def _fresh_loads(self) -> list[Step]:
-        by_node = self.analysis.c._by_node
+        """Steps that bind a name to a newly loaded model: `load(...)`, `load(...).to(device)`, `.eval()`...
+        A loader the resolver cannot name (`self.model_class.from_pretrained(...)`) builds a new object too."""
         out = []
         for step in self.steps:
             call = step.call
-            if call is None or not call.targets:
-                continue
-            node = call.node
-            # `load(...).to(device)`, `.cuda()`, `.eval()`: the model is the loaded one.
-            while isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Call) and by_node.get(id(node)) is not None \
-                    and by_node[id(node)].api != "load_model":
-                node = node.func.value
-            inner = by_node.get(id(node))
-            # A loader the resolver cannot name (`self.model_class.from_pretrained(...)`) builds a new object too.
-            if inner is not None and (inner.api == "load_model" or (inner.api is None and inner.method in MODEL_LOADER_METHODS)):
-                out.append(step)
+            while call is not None and step.call.targets:
+                if call.api == "load_model" or (call.api is None and call.method in MODEL_LOADER_METHODS):
+                    out.append(step)
+                    break
+                call = self.analysis.call_at(call.receiver) if isinstance(call.receiver, cst.Call) else None
         return out
 
     def exclusive(self, a: Event, b: Event) -> bool:
@@ -406,7 +401,8 @@ class ScriptAnalysis:
         """The `api(...)` call `expr` evaluates to, following simple name bindings."""
         for _ in range(4):
             if isinstance(expr, cst.Call):
-                return self._calls_by_node.get(id(expr)) if self._calls_by_node.get(id(expr)) and self._calls_by_node[id(expr)].api == api else None
+                call = self.call_at(expr)
+                return call if call is not None and call.api == api else None
             if isinstance(expr, (cst.Name, cst.Attribute)):
                 d = dotted(expr)
                 expr = self.binding(d, scope) if d else None
@@ -446,9 +442,9 @@ class ScriptAnalysis:
                 out[a.keyword.value] = a.value
         return out
 
-    @cached_property
-    def _calls_by_node(self) -> dict[int, Call]:
-        return {id(c.node): c for c in self.c.calls}
+    def call_at(self, node: Optional[cst.CSTNode]) -> Optional[Call]:
+        """The recorded call whose node this is, if any."""
+        return self.c._by_node.get(id(node))
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
@@ -747,7 +743,7 @@ class ScriptAnalysis:
         (flow-insensitive, like the resolver): objects are known by what built them, not their names."""
         for scope in self.c.scopes:
             for _, value in scope.assigns.get(name, ()):
-                call = self._calls_by_node.get(id(value)) if isinstance(value, cst.Call) else None
+                call = self.call_at(value)
                 if call is not None and call.api == api:
                     return True
         return False

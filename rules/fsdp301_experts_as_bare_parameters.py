@@ -276,9 +276,6 @@ def _is_list(ctx, info) -> bool:
 
 def _bare_experts(a):
     """(class, attribute, node, kind) for `self.x = nn.Parameter(<3-D>)` / `nn.ParameterList(...)` in expert classes."""
-    import libcst as cst
-
-    by_node = {id(c.node): c for c in a.c.calls}
     out = []
     for scope in a.c.scopes:
         if scope.klass is None or scope.name != "__init__":
@@ -287,7 +284,7 @@ def _bare_experts(a):
             if not s.target.startswith("self.") or s.target.count(".") != 1:
                 continue
             attr = s.target[5:]
-            call = by_node.get(id(s.value)) if isinstance(s.value, cst.Call) else None
+            call = a.call_at(s.value)
             if call is None:
                 continue
             expertish = any(w in n.lower() for n in (scope.klass, attr) for w in ("expert", "moe"))
