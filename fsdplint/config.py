@@ -28,17 +28,12 @@ with a `/` match the path relative to the configuration file's directory.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from fsdplint.errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from fsdplint.toml_io import read_toml as _read_toml
 
 CONFIG_FILENAMES = ("fsdplint.toml", ".fsdplint.toml", "pyproject.toml")
 
@@ -248,21 +243,6 @@ def load_config(path: Path, *, explicit: Optional[Path] = None, isolated: bool =
     if source not in _parsed:
         _parsed[source] = parse_config_file(source)
     return _parsed[source]
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: cannot read configuration: {e}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        msg = str(e)
-        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-        where = f"{path}:{m.group(1)}:{m.group(2)}" if m else f"{path}"
-        reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", msg)
-        raise UsageError(f"{where}: invalid TOML: {reason}") from None
 
 
 def parse_config_file(path: Path) -> Config:

@@ -109,11 +109,11 @@ def _read(path: Path) -> str:
 
 def _toml(path: Path) -> dict:
     """A pyproject.toml's tables; a broken one declares nothing (the config loader reports it)."""
-    from fsdplint.config import _read_toml
     from fsdplint.errors import UsageError
+    from fsdplint.toml_io import read_toml
 
     try:
-        return _read_toml(path)
+        return read_toml(path)
     except UsageError:
         return {}
 

@@ -1,0 +1,392 @@
+"""Builds the timelines: inlines same-file helpers, binds names to models, classifies calls into events."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from fsdplint.analysis.records import Event, Item, Ref, Step
+from fsdplint.analysis.timeline import Timeline
+from fsdplint.collect import AttrSet, Call, Scope
+from fsdplint.resolve import dotted
+
+# Calls that return the model they were given (so their result is the same model).
+SAME_MODEL_APIS = {
+    "get_peft_model": (0, "model"),
+    "FSDP1": (0, "module"),
+    "fully_shard": (0, "module"),
+    "DDP": (0, "module"),
+    "prepare_model_for_kbit_training": (0, "model"),
+    "PeftModel_from_pretrained": (0, "model"),
+    "torch_compile": (0, "model"),
+}
+SAME_MODEL_METHODS = {"to", "cuda", "half", "bfloat16", "float", "requires_grad_", "train", "eval", "to_empty"}
+# Attributes that reach the same model through a wrapper.
+TRANSPARENT = {"module", "base_model", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
+# Roots whose first attribute names the object (`self.model`, `trainer.model`).
+HOLDERS = {"self", "cls", "trainer", "state", "args", "accelerator", "engine", "ctx", "runner"}
+MODEL_METHODS = {
+    "gradient_checkpointing_enable", "add_adapter", "save_pretrained", "generate", "merge_and_unload",
+    "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
+}
+
+
+
+class Builder:
+    """Mixin of `ScriptAnalysis`: turns the collector's records into timelines of events."""
+
+    # -- references ------------------------------------------------------------------
+    def ref(self, expr: Optional[cst.BaseExpression], step: Step, _depth: int = 0) -> Optional[Ref]:
+        if expr is None:
+            return None
+        child = False
+        while True:
+            if isinstance(expr, cst.Subscript):
+                child = True
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in (
+                "get_submodule", "get_decoder",
+            ):
+                child = True
+                expr = expr.func.value
+            elif (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+                  and expr.func.attr.value == "unwrap_model" and expr.args):
+                # `accelerator.unwrap_model(model)` is the model itself, without its wrappers.
+                expr = expr.args[0].value
+            else:
+                break
+        d = dotted(expr)
+        if d is None:
+            return None
+        parts = d.split(".")
+        if parts[0] in HOLDERS and len(parts) > 1:
+            root, rest = ".".join(parts[:2]), parts[2:]
+        else:
+            root, rest = parts[0], parts[1:]
+        key = step.key(root)
+        derived = self._derived.get(key)
+        if derived is not None:
+            key, child = derived, True
+        elif root == parts[0] and _depth < 3:
+            # `layers = model.model.layers`: a plain name bound once to a part of the model.
+            scope = getattr(step.item, "scope", None)
+            bound = self.binding(root, scope) if scope is not None else None
+            if isinstance(bound, (cst.Attribute, cst.Subscript)):
+                r = self.ref(bound, step, _depth + 1)
+                if r is not None and r.child:
+                    key, child = r.key, True
+        path = tuple(a for a in rest if a not in TRANSPARENT)
+        if path and path != ("model",):
+            child = True
+        return Ref(key, child, tuple(rest))
+
+    # -- timeline construction -------------------------------------------------------
+    def _build(self) -> None:
+        self._derived: dict[str, str] = {}
+        called: set[int] = set()
+        for call in self.c.calls:
+            callee = self._local_callee(call)
+            if callee is not None and callee is not call.scope:
+                called.add(id(callee))
+        for scope in self.c.scopes:
+            if id(scope) in called:
+                continue
+            steps = self._steps(scope, {}, "", 0, (id(scope),))
+            if not steps:
+                continue
+            t = Timeline(self, scope, steps)
+            self._derived = {}
+            self._interpret(t)
+            self.timelines.append(t)
+
+    def _local_callee(self, call: Call) -> Optional[Scope]:
+        f = call.func
+        if f is None:
+            return None
+        if "." not in f:
+            return self.c.functions.get(f)
+        if f.startswith("self.") and f.count(".") == 1 and call.scope.klass:
+            return self.c.methods.get((call.scope.klass, f[5:]))
+        return None
+
+    def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple) -> list[Step]:
+        items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets], key=lambda i: i.seq)
+        steps: list[Step] = []
+        for item in items:
+            step = Step(item, prefix, mapping)
+            callee = self._local_callee(item) if isinstance(item, Call) else None
+            if callee is not None and depth < 4 and id(callee) not in stack:
+                sub_map: dict[str, str] = {}
+                params = callee.params[1:] if callee.klass and callee.params[:1] == ["self"] else callee.params
+                for i, p in enumerate(params):
+                    arg = item.arg(i, p)
+                    d = dotted(arg) if arg is not None else None
+                    if d is not None:
+                        sub_map[p] = step.key(d) if d.split(".")[0] not in HOLDERS else d
+                sub_prefix = f"{prefix}{callee.name}@{item.seq}:"
+                sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),))
+                steps.extend(sub)
+                probe = Step(item, sub_prefix, sub_map)
+                for r in callee.returns:
+                    rd = dotted(r)
+                    if rd is not None:
+                        step.returns.append(probe.key(rd))
+                    elif isinstance(r, cst.Tuple):
+                        for el in r.elements:
+                            ed = dotted(el.value)
+                            step.returns.append(probe.key(ed) if ed else "")
+            steps.append(step)
+        return steps
+
+    def _interpret(self, t: Timeline) -> None:
+        for step in t.steps:
+            item = step.item
+            if isinstance(item, AttrSet):
+                self._interpret_attr(t, step, item)
+                continue
+            call = item
+            for ev in self._classify(t, step, call):
+                ev.timeline = t
+                t.events.append(ev)
+            self._bind_result(t, step, call)
+
+    def _bind_result(self, t: Timeline, step: Step, call: Call) -> None:
+        targets = call.targets
+        if not targets:
+            return
+        src_keys: list[Optional[str]] = []
+        if call.api in SAME_MODEL_APIS:
+            idx, kw = SAME_MODEL_APIS[call.api]
+            r = self.ref(call.arg(idx, kw), step)
+            src_keys = [r.key if r and not r.child else None]
+        elif call.method in SAME_MODEL_METHODS:
+            r = self.ref(call.receiver, step)
+            src_keys = [r.key if r and not r.child else None]
+        elif call.method == "unwrap_model" and self._is_accelerator(call.receiver):
+            r = self.ref(call.arg(0, "model"), step)
+            src_keys = [r.key if r and not r.child else None]
+        elif call.method == "prepare" and self._is_accelerator(call.receiver):
+            for a in call.node.args:
+                r = self.ref(a.value, step)
+                src_keys.append(r.key if r and not r.child else None)
+        elif step.returns:
+            src_keys = list(step.returns)
+        elif call.api == "load_model":
+            for tg in targets:
+                d = dotted(tg)
+                if d:
+                    t.model_keys.add(self._target_key(step, d))
+            return
+        for tg in targets:
+            if isinstance(tg, (cst.Tuple, cst.List)):
+                for i, el in enumerate(tg.elements):
+                    d = dotted(el.value)
+                    if d and i < len(src_keys) and src_keys[i]:
+                        t.uf.union(self._target_key(step, d), src_keys[i])
+            else:
+                d = dotted(tg)
+                if d and src_keys and src_keys[0]:
+                    t.uf.union(self._target_key(step, d), src_keys[0])
+
+    def _target_key(self, step: Step, d: str) -> str:
+        parts = d.split(".")
+        if parts[0] in HOLDERS and len(parts) > 1:
+            return step.key(".".join(parts[:2]))
+        return step.key(parts[0]) if len(parts) == 1 else step.key(d)
+
+    def _is_accelerator(self, expr: Optional[cst.BaseExpression]) -> bool:
+        d = dotted(expr) if expr is not None else None
+        return d is not None and ("accelerator" in d.lower() or self.bound_to(d, "Accelerator"))
+
+    def is_trainer(self, expr: Optional[cst.BaseExpression]) -> bool:
+        d = dotted(expr) if expr is not None else None
+        return d is not None and ("trainer" in d.lower() or self.bound_to(d, "Trainer"))
+
+    def bound_to(self, name: str, api: str) -> bool:
+        """Whether `name` is assigned the result of an `api(...)` call anywhere in the file
+        (flow-insensitive, like the resolver): objects are known by what built them, not their names."""
+        for scope in self.c.scopes:
+            for _, value in scope.assigns.get(name, ()):
+                call = self.call_at(value)
+                if call is not None and call.api == api:
+                    return True
+        return False
+
+    def _interpret_attr(self, t: Timeline, step: Step, a: AttrSet) -> None:
+        if a.key is not None:
+            t.events.append(Event("dict_set", step, None, {"target": step.key(a.target), "key": a.key}, t))
+            return
+        if a.target.endswith(".requires_grad"):
+            v = self.value(a.value, a.scope)
+            if v is False and a.loops:
+                r = self._loop_model(step, a.loops[-1].iter)
+                if r is not None:
+                    t.events.append(Event("freeze", step, r, {"partial": bool(a.guards)}, t))
+            return
+        if a.target.endswith("use_cache"):
+            root = self._target_key(step, a.target.split(".config.")[0]) if ".config." in a.target else None
+            r = Ref(root, False) if root else None
+            t.events.append(Event("use_cache", step, r, {"value": self.value(a.value, a.scope)}, t))
+            return
+        # `layers = model.model.layers`: a name for a part of the model.
+        d = dotted(a.value) if isinstance(a.value, (cst.Attribute, cst.Name)) else None
+        if d is not None:
+            r = self.ref(a.value, step)
+            if r is not None and r.child:
+                self._derived[self._target_key(step, a.target)] = r.key
+
+    def _loop_model(self, step: Step, it: cst.BaseExpression) -> Optional[Ref]:
+        """`model.parameters()` / `model.named_parameters()` / `model.modules()` → the model."""
+        if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute):
+            if it.func.attr.value in ("parameters", "named_parameters", "modules", "named_modules", "children", "named_children"):
+                r = self.ref(it.func.value, step)
+                return r
+            if it.func.attr.value == "enumerate" or dotted(it.func) in ("enumerate", "list", "reversed"):
+                return self._loop_model(step, it.args[0].value) if it.args else None
+        if isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "list", "reversed") and it.args:
+            return self._loop_model(step, it.args[0].value)
+        return None
+
+    def _loop_child(self, step: Step, call: Call, name: str) -> Optional[Ref]:
+        """If `name` is a loop variable over a part of the model, the model it belongs to."""
+        for loop in reversed(call.loops):
+            names = [n for n in loop.target.split(",")]
+            if name in names:
+                it = loop.iter
+                r = self._loop_model(step, it)
+                if r is not None:
+                    return Ref(r.key, True, r.path)
+                inner = it
+                if isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "list", "reversed") and it.args:
+                    inner = it.args[0].value
+                if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in (
+                    "items", "values",
+                ):
+                    inner = inner.func.value  # `for name, block in model.layers.items()` (ModuleDict)
+                r = self.ref(inner, step)
+                if r is not None:
+                    return Ref(r.key, True, r.path)
+        return None
+
+    def model_ref(self, expr: Optional[cst.BaseExpression], step: Step, call: Call) -> Optional[Ref]:
+        if isinstance(expr, cst.Name):
+            lr = self._loop_child(step, call, expr.value)
+            if lr is not None:
+                return lr
+        if isinstance(expr, (cst.List, cst.Tuple)) and expr.elements:
+            refs = [self.model_ref(e.value, step, call) for e in expr.elements]
+            refs = [r for r in refs if r is not None]
+            return Ref(refs[0].key, True, refs[0].path) if refs else None
+        return self.ref(expr, step)
+
+    def _classify(self, t: Timeline, step: Step, call: Call) -> list[Event]:
+        api, m = call.api, call.method
+        out: list[Event] = []
+
+        def ev(kind, expr, **data):
+            r = self.model_ref(expr, step, call)
+            if r is not None:
+                t.model_keys.add(r.key)
+            out.append(Event(kind, step, r, data, t))
+
+        if api == "load_model":
+            out.append(Event("load", step, None, {}, t))
+        elif api in ("get_peft_model", "PeftModel_from_pretrained"):
+            ev("lora", call.arg(0, "model"))
+        elif api == "inject_adapter_in_model":
+            ev("lora", call.arg(1, "model"))
+        elif api == "prepare_model_for_kbit_training":
+            ev("kbit_prep", call.arg(0, "model"))
+        elif api == "FSDP1":
+            ev("wrap1", call.arg(0, "module"))
+        elif api == "fully_shard":
+            ev("shard2", call.arg(0, "module"))
+        elif api == "DDP":
+            ev("ddp", call.arg(0, "module"))
+        elif api == "optimizer":
+            params = call.arg(0, "params")
+            src, filtered = self._params_source(params, step, call)
+            out.append(Event("optimizer", step, src, {"filtered": filtered, "params": params}, t))
+        elif api == "torch_compile":
+            ev("compile", call.arg(0, "model"))
+        elif api in ("apply_activation_checkpointing", "checkpoint_wrapper"):
+            ev("ac", call.arg(0, "model"))
+        elif api == "get_peft_model_state_dict" or api == "get_model_state_dict":
+            ev("state_dict", call.arg(0, "model"), api=api)
+        elif api == "peft_fsdp_auto_wrap_policy":
+            ev("peft_policy", call.arg(0, "model"))
+        elif api == "clip_grad_norm_":
+            src, _ = self._params_source(call.arg(0, "parameters"), step, call)
+            out.append(Event("clip", step, src, {"torch_api": True}, t))
+        elif api == "torch_save":
+            obj = call.arg(0, "obj")
+            if isinstance(obj, cst.Call) and isinstance(obj.func, cst.Attribute) and obj.func.attr.value == "state_dict":
+                ev("torch_save_state_dict", obj.func.value)
+        elif api == "init_process_group":
+            out.append(Event("init_pg", step, None, {}, t))
+        elif api == "cuda_set_device":
+            out.append(Event("set_device", step, None, {}, t))
+        elif m is not None and call.receiver is not None:
+            recv = call.receiver
+            if m == "prepare" and self._is_accelerator(recv):
+                for a in call.node.args:
+                    r = self.ref(a.value, step)
+                    out.append(Event("prepare", step, r, {"n_args": len(call.node.args)}, t))
+            elif m in ("get_state_dict", "save_state", "save_model") and self._is_accelerator(recv):
+                ev("state_dict", call.arg(0, "model"), api=f"accelerator.{m}")
+            elif m == "save_model" and self.is_trainer(recv):
+                out.append(Event("state_dict", step, None, {"api": "trainer.save_model"}, t))
+            else:
+                kinds = {
+                    "add_adapter": "lora",
+                    "gradient_checkpointing_enable": "gc_enable",
+                    "enable_input_require_grads": "input_require_grads",
+                    "state_dict": "state_dict",
+                    "save_pretrained": "save",
+                    "generate": "generate",
+                    "merge_and_unload": "merge",
+                    "merge_adapter": "merge",
+                    "to": "move",
+                    "cuda": "move",
+                    "no_sync": "no_sync",
+                    "clip_grad_norm_": "clip",
+                    "requires_grad_": "requires_grad_",
+                }
+                kind = kinds.get(m)
+                if kind is not None:
+                    r = self.ref(recv, step)
+                    if r is not None and (t.is_model(t.find(r.key)) or "model" in r.key.lower() or m in MODEL_METHODS):
+                        if kind in ("move",) and r.child:
+                            return out
+                        out.append(Event(kind, step, r, {"method": m}, t))
+        return out
+
+    def _params_source(self, params, step: Step, call: Call) -> tuple[Optional[Ref], bool]:
+        """Which model an optimizer's params come from, and whether they were filtered."""
+        filtered = False
+        for _ in range(4):
+            if isinstance(params, (cst.Name, cst.Attribute)) and not isinstance(params, cst.Call):
+                d = dotted(params)
+                bound = self.binding(d, call.scope) if d else None
+                if bound is None:
+                    return None, filtered
+                params = bound
+                continue
+            break
+        if isinstance(params, (cst.ListComp, cst.GeneratorExp)):
+            filtered = filtered or bool(params.for_in.ifs)
+            params = params.for_in.iter
+        if isinstance(params, cst.Call):
+            fn = dotted(params.func)
+            if fn in ("filter", "list", "tuple") and params.args:
+                filtered = filtered or fn == "filter"
+                return self._params_source(params.args[-1].value, step, call)[0], filtered
+            if isinstance(params.func, cst.Attribute) and params.func.attr.value in ("parameters", "named_parameters"):
+                return self.ref(params.func.value, step), filtered
+            if isinstance(params.func, cst.Attribute):
+                # model.trainable_parameters(), get_param_groups(model), ...
+                return None, True
+        return None, filtered
+
+

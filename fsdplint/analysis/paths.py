@@ -1,0 +1,149 @@
+"""Which branches exclude each other, rank guards, and the call-site context of inlined helpers."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Optional
+
+import libcst as cst
+
+from fsdplint.analysis.records import Item, Step
+from fsdplint.collect import Call
+
+
+class Paths:
+    """Mixin of `ScriptAnalysis`: the conditions a step runs under."""
+
+    # -- call-site context of inlined helpers ------------------------------------------
+    @cached_property
+    def _calls_by_seq(self) -> dict[int, Call]:
+        return {c.seq: c for c in self.c.calls}
+
+    def site_calls(self, step: Step) -> list[Call]:
+        """The call itself, then the calls of same-file helpers it was inlined through (innermost first)."""
+        out = [step.call] if step.call is not None else []
+        for seq in reversed(re.findall(r"@(\d+):", step.prefix)):
+            c = self._calls_by_seq.get(int(seq))
+            if c is not None:
+                out.append(c)
+        return out
+
+    # -- branches that exclude each other ------------------------------------------------
+    def exclusive(self, a: Step, b: Step) -> bool:
+        """True when `a` and `b` are in branches that cannot both run in one pass: `if c:` / `else:`,
+        `if m == "x":` / `elif m == "y":`, `if use_lora:` / `if not use_lora:` (tests compared as written).
+
+        Only `if`s outside loops count (an `if` in a loop can take both branches), and a test inside a
+        helper is only compared within the same inlined call of that helper.
+        """
+        la, lb = self._path_literals(a), self._path_literals(b)
+        return bool(la and lb) and any(_contradict(x, y) for x in la for y in lb)
+
+    def _path_literals(self, step: Step) -> tuple:
+        cache = self.__dict__.setdefault("_path_cache", {})
+        key = id(step)
+        hit = cache.get(key)
+        if hit is not None and hit[0] is step:
+            return hit[1]
+        sites = self.site_calls(step)
+        items: list[Item] = [step.item] + (sites[1:] if step.call is not None else sites)
+        segments = re.findall(r"[^:]+@\d+:", step.prefix)
+        out: list[tuple] = []
+        for i, item in enumerate(items):
+            if any(outer.loops or getattr(outer, "whiles", 0) for outer in items[i + 1:]):
+                continue  # this helper runs in a loop: both branches of its `if`s may run
+            prefix = "".join(segments[: len(segments) - i]) if i else step.prefix
+            for g in item.guards:
+                test = getattr(g.node, "test", None)
+                if g.branch is None or g.loop_depth or test is None:
+                    continue
+                for lit in self._literals(test, g.branch == "body"):
+                    out.append((prefix,) + lit)
+        result = tuple(out)
+        cache[key] = (step, result)
+        return result
+
+    def _literals(self, expr: cst.BaseExpression, positive: bool) -> list[tuple]:
+        """A test as a conjunction of literals: ("atom", text, positive) or ("in", lhs, values, positive)."""
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            return self._literals(expr.expression, not positive)
+        if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And) == positive:
+            return self._literals(expr.left, positive) + self._literals(expr.right, positive)
+        if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+            comp = expr.comparisons[0]
+            op = comp.operator
+            values = _literal_values(comp.comparator, single=isinstance(op, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)))
+            if values is not None:
+                pos = positive if isinstance(op, (cst.Equal, cst.Is, cst.In)) else not positive
+                return [("in", _norm(self.code(expr.left)), values, pos)]
+        return [("atom", _norm(self.code(expr)), positive)]
+
+    def rank_guard(self, step: Step) -> Optional[cst.CSTNode]:
+        """The `if` that runs this step on some ranks only (`rank == 0`, `dist.get_rank() == 0`, ...), if any."""
+        call_form = re.compile(
+            r"\b\w*rank\w*\(\)\s*(==|!=|<=|<|>|>=)\s*[01]\b|\b[01]\s*(==|!=)\s*[\w.]*rank\w*\(\)|\b\w*rank\w*\s+(not\s+)?in\s*[\[(]"
+        )
+        for c in self.site_calls(step):
+            for g in c.guards:
+                if g.kind in ("rank0", "not_rank0"):
+                    return g.node
+                test = getattr(g.node, "test", None)
+                if test is not None and call_form.search(self.code(test)):
+                    return g.node
+            if c.scope_rank0:
+                return c.scope.node
+        return None
+
+    def enclosing_withs(self, step: Step) -> list[cst.BaseExpression]:
+        """With-items around this step, including those around the helper calls it was inlined through."""
+        return [w for c in self.site_calls(step) for w in c.withs]
+
+
+def _norm(text: str) -> str:
+    text = "".join(text.split())
+    while text.startswith("(") and text.endswith(")") and text.count("(") == text.count(")"):
+        text = text[1:-1]
+    return text
+
+
+def _literal_values(expr: cst.BaseExpression, single: bool) -> Optional[frozenset]:
+    """The constant(s) a test compares with: `"a"`, `None`, `("a", "b")`; None when not constant."""
+    if single:
+        elements = [expr]
+    elif isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        elements = [e.value for e in expr.elements if not isinstance(e, cst.StarredElement)]
+        if len(elements) != len(expr.elements):
+            return None
+    else:
+        return None
+    out = set()
+    for e in elements:
+        if isinstance(e, (cst.SimpleString, cst.Integer)):
+            out.add(e.evaluated_value)
+        elif isinstance(e, cst.Name) and e.value in ("None", "True", "False"):
+            out.add({"None": None, "True": True, "False": False}[e.value])
+        else:
+            return None
+    return frozenset(out)
+
+
+def _contradict(x: tuple, y: tuple) -> bool:
+    """Two path literals (prefix, kind, ...) that cannot both hold."""
+    if x[0] != y[0] or x[1] != y[1]:
+        return False
+    if x[1] == "atom":
+        return x[2] == y[2] and x[3] != y[3]
+    _, _, lx, vx, px = x
+    _, _, ly, vy, py = y
+    if lx != ly:
+        return False
+    if px and py:
+        return not (vx & vy)
+    if px and not py:
+        return vx <= vy
+    if py and not px:
+        return vy <= vx
+    return False
+
+

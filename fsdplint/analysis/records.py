@@ -1,0 +1,105 @@
+"""The records a timeline is made of: steps, events, references, and the union-find over model names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+import libcst as cst
+
+from fsdplint.collect import AttrSet, Call
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fsdplint.analysis.timeline import Timeline
+
+UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__bool__": lambda self: False})()
+
+
+@dataclass(frozen=True)
+class QName:
+    """A dotted reference that is not a literal, e.g. `torch.bfloat16`."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Ref:
+    key: str
+    child: bool  # a submodule of the model (a layer), not the model itself
+    path: tuple[str, ...] = ()
+
+
+Item = Union[Call, AttrSet]
+
+
+@dataclass
+class Step:
+    item: Item
+    prefix: str
+    mapping: dict[str, str]
+    returns: list[str] = field(default_factory=list)  # keys returned by an inlined helper
+    # Position in the timeline (execution order); `seq` is the source order, which differs for inlined helpers.
+    order: int = -1
+
+    @property
+    def seq(self) -> int:
+        return self.item.seq
+
+    @property
+    def call(self) -> Optional[Call]:
+        return self.item if isinstance(self.item, Call) else None
+
+    def key(self, name: str) -> str:
+        if name in self.mapping:
+            return self.mapping[name]
+        root = name.split(".", 1)[0]
+        if root in ("self", "cls"):
+            return name
+        return self.prefix + name
+
+
+@dataclass
+class Event:
+    kind: str
+    step: Step
+    ref: Optional[Ref]
+    data: dict = field(default_factory=dict)
+    timeline: Optional["Timeline"] = None
+
+    @property
+    def call(self) -> Optional[Call]:
+        return self.step.call
+
+    @property
+    def node(self) -> cst.CSTNode:
+        return self.step.item.node if isinstance(self.step.item, Call) else self.step.item.value
+
+    @property
+    def seq(self) -> int:
+        """Execution order within the timeline (a helper defined below its caller still runs at the call)."""
+        return self.step.order if self.step.order >= 0 else self.step.seq
+
+    @property
+    def entity(self) -> Optional[str]:
+        return self.timeline.find(self.ref.key) if (self.ref and self.timeline) else None
+
+
+class UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, k: str) -> str:
+        p = self.parent.setdefault(k, k)
+        while p != self.parent.setdefault(p, p):
+            p = self.parent[p]
+        self.parent[k] = p
+        return p
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+

@@ -1,0 +1,106 @@
+"""`ScriptAnalysis`: the facts of one file that rules query (see the package docstring)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Iterator, Optional
+
+import libcst as cst
+
+from fsdplint.analysis.builder import Builder
+from fsdplint.analysis.paths import Paths
+from fsdplint.analysis.records import Event
+from fsdplint.analysis.timeline import Timeline
+from fsdplint.analysis.values import Values
+from fsdplint.collect import Call, Collector, Scope, collect
+
+
+def _fsdp_version(call: Call) -> int:
+    return 1 if call.api == "FSDP1" else 2
+
+
+def _is_test(scope: Scope) -> bool:
+    return scope.node is not None and scope.name.startswith("test")
+
+
+class ScriptAnalysis(Values, Paths, Builder):
+    def __init__(self, module: cst.Module, collector: Optional[Collector] = None) -> None:
+        self.module = module
+        self.c = collector or collect(module)
+        self.resolver = self.c.resolver
+        self.timelines: list[Timeline] = []
+        self._build()
+
+    # -- facts over the whole file -------------------------------------------------
+    def calls(self, *apis: str) -> list[Call]:
+        return [c for c in self.c.calls if c.api in apis]
+
+    def method_calls(self, *methods: str) -> list[Call]:
+        return [c for c in self.c.calls if c.method in methods]
+
+    @cached_property
+    def uses_fsdp1(self) -> bool:
+        return 1 in self.fsdp_at(None)
+
+    @cached_property
+    def uses_fsdp2(self) -> bool:
+        return 2 in self.fsdp_at(None)
+
+    @cached_property
+    def uses_fsdp(self) -> bool:
+        return bool(self.fsdp_at(None))
+
+    def fsdp_at(self, call: Optional[Call], launch: bool = True) -> frozenset:
+        """The FSDP versions the code at `call` (None: the script) runs under — 1, 2, or the launch
+        config's own value — from the launch config and the script's FSDP calls.
+
+        A test function (`test*`, as pytest and unittest collect them) is a program of its own: FSDP
+        in one test says nothing about the code of another, nor about the code outside the tests. So
+        code that runs only inside tests sees only its own tests' FSDP calls, and FSDP calls that run
+        only inside tests do not count for the rest of the file. `launch=False`: the script's calls only."""
+        out = frozenset() if self.launch_fsdp_version is None or not launch else frozenset({self.launch_fsdp_version})
+        test_only, own = self._test_fsdp
+        if call is None or id(call) not in test_only:
+            return out | frozenset(_fsdp_version(c) for c in self.calls("FSDP1", "fully_shard") if id(c) not in test_only)
+        return out | frozenset(v for ids, versions in own if id(call) in ids for v in versions)
+
+    def fsdp1_at(self, call: Optional[Call]) -> bool:
+        """FSDP1 reaches the code at `call`: an FSDP1 call, or an FSDP launch that is not FSDP2."""
+        versions = self.fsdp_at(call)
+        return 1 in versions or (bool(versions) and 2 not in versions)
+
+    @cached_property
+    def _test_fsdp(self) -> tuple[set[int], list[tuple[frozenset, frozenset]]]:
+        """(ids of the calls that run only inside test functions, [(ids of a test's calls, its FSDP versions)])."""
+        in_tests: set[int] = set()
+        elsewhere: set[int] = set()
+        own = []
+        for t in self.timelines:
+            if _is_test(t.scope):
+                in_tests |= t.item_ids
+                own.append((t.item_ids, frozenset(_fsdp_version(s.item) for s in t.steps
+                                                  if isinstance(s.item, Call) and s.item.api in ("FSDP1", "fully_shard"))))
+            else:
+                elsewhere |= t.item_ids
+        return in_tests - elsewhere, own
+
+    @cached_property
+    def uses_peft(self) -> bool:
+        return bool(self.calls("get_peft_model", "inject_adapter_in_model", "PeftModel_from_pretrained", "LoraConfig")) or bool(
+            self.method_calls("add_adapter")
+        )
+
+    # Filled from the launch configuration (accelerate YAML / TrainingArguments / plugin), see launch.py.
+    launch: Any = None
+    launch_fsdp_version: Optional[int] = None
+
+    def events(self, kind: str) -> Iterator[Event]:
+        for t in self.timelines:
+            for e in t.events:
+                if e.kind == kind:
+                    yield e
+
+
+
+def analyze(module: cst.Module) -> ScriptAnalysis:
+    return ScriptAnalysis(module)

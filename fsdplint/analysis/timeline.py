@@ -1,0 +1,141 @@
+"""One program's calls in execution order, and the queries rules ask of it (before/after, wrap state)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Iterable, Optional
+
+import libcst as cst
+
+from fsdplint.analysis.records import Event, Step, UnionFind
+from fsdplint.apis import MODEL_LOADER_METHODS
+from fsdplint.collect import Scope
+from fsdplint.resolve import dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fsdplint.analysis.script import ScriptAnalysis
+
+# Calls that take the model but cannot wrap or shard its submodules (see `Timeline.escapes`).
+_HARMLESS_METHODS = {
+    "to", "cuda", "cpu", "train", "eval", "half", "bfloat16", "float", "to_empty", "parameters", "named_parameters",
+    "modules", "named_modules", "children", "named_children", "buffers", "named_buffers", "requires_grad_",
+    "print_trainable_parameters", "gradient_checkpointing_enable", "enable_input_require_grads",
+    "get_input_embeddings", "get_output_embeddings", "resize_token_embeddings", "tie_weights", "state_dict",
+    "load_state_dict", "num_parameters", "get_nb_trainable_parameters", "forward", "generate", "info", "debug",
+    "warning", "print",
+}
+_HARMLESS_FUNCS = {"print", "len", "isinstance", "sum", "type", "str", "repr", "id", "hasattr", "getattr", "list"}
+
+
+class Timeline:
+    def __init__(self, analysis: "ScriptAnalysis", scope: Scope, steps: list[Step]) -> None:
+        self.analysis = analysis
+        self.scope = scope
+        self.steps = steps
+        for i, step in enumerate(steps):
+            step.order = i
+        self.uf = UnionFind()
+        self.events: list[Event] = []
+        self.model_keys: set[str] = set()
+
+    def find(self, key: str) -> str:
+        return self.uf.find(key)
+
+    @cached_property
+    def item_ids(self) -> frozenset:
+        """ids of the calls and assignments this program runs (its entry function and inlined helpers)."""
+        return frozenset(id(s.item) for s in self.steps)
+
+    def of(self, kind: str, entity: Optional[str] = None) -> list[Event]:
+        return [e for e in self.events if e.kind == kind and (entity is None or e.entity == entity)]
+
+    def before(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
+        """Events of these kinds on the entity that can run before `event` (not in an exclusive branch,
+        nor before the name was bound to a freshly loaded model on the way to `event`)."""
+        kinds = set(kinds)
+        ent = entity if entity is not None else event.entity
+        return [e for e in self.events if e.seq < event.seq and e.kind in kinds and e.entity == ent
+                and not self.exclusive(e, event) and not self.rebound(ent, e, event)]
+
+    def after(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
+        """Events of these kinds on the entity that can run after `event` (as `before`)."""
+        kinds = set(kinds)
+        ent = entity if entity is not None else event.entity
+        return [e for e in self.events if e.seq > event.seq and e.kind in kinds and e.entity == ent
+                and not self.exclusive(e, event) and not self.rebound(ent, event, e)]
+
+    def rebound(self, entity: Optional[str], first: Event, then: Event) -> bool:
+        """Between the two events, the entity's name is bound to a freshly loaded model
+        (`model = AutoModel.from_pretrained(...)`, perhaps with `.to(...)`) on every path to `then`:
+        what happened before concerned another object."""
+        if entity is None:
+            return False
+        guards = {id(g) for g in then.call.guards} if then.call is not None else set()
+        for step in self._fresh_loads:
+            if not first.seq < step.order < then.seq or step.prefix != then.step.prefix:
+                continue
+            if any(id(g) not in guards for g in step.item.guards):
+                continue  # a conditional reload: the old object may still be the one used
+            if any(self.find(step.key(d)) == entity for d in map(dotted, step.item.targets) if d):
+                return True
+        return False
+
+    @cached_property
+    def _fresh_loads(self) -> list[Step]:
+        """Steps that bind a name to a newly loaded model: `load(...)`, `load(...).to(device)`, `.eval()`...
+        A loader the resolver cannot name (`self.model_class.from_pretrained(...)`) builds a new object too."""
+        out = []
+        for step in self.steps:
+            call = step.call
+            while call is not None and step.call.targets:
+                if call.api == "load_model" or (call.api is None and call.method in MODEL_LOADER_METHODS):
+                    out.append(step)
+                    break
+                call = self.analysis.call_at(call.receiver) if isinstance(call.receiver, cst.Call) else None
+        return out
+
+    def exclusive(self, a: Event, b: Event) -> bool:
+        """True when the two events sit in branches that never both run (`if x:` / `else:`, `elif`, ...)."""
+        return self.analysis.exclusive(a.step, b.step)
+
+    def escapes(self, entity: Optional[str], event: Event) -> bool:
+        """True when, before `event`, the model reaches code the analysis cannot see.
+
+        E.g. `shard_layers(model)` imported from another module, or `model.apply(fn)`: such code may
+        wrap or shard submodules, so rules that need "nothing else happened" stay silent.
+        """
+        a = self.analysis
+        for step in self.steps:
+            if step.order >= event.step.order:
+                break
+            call = step.call
+            if call is None or call.api is not None or call.func in a.c.functions or call.func in _HARMLESS_FUNCS:
+                continue
+            if call.receiver is not None and call.method in _HARMLESS_METHODS:
+                continue
+            exprs = [x.value for x in call.node.args] + ([call.receiver] if call.receiver is not None else [])
+            for x in exprs:
+                r = a.ref(x, step)
+                if r is not None and self.find(r.key) == entity:
+                    return True
+        return False
+
+    def is_model(self, entity: Optional[str]) -> bool:
+        return entity is not None and any(self.find(k) == entity for k in self.model_keys)
+
+    def wrap_state(self, entity: str, seq: int, at: Optional[Event] = None) -> Optional[str]:
+        """"fsdp1", "fsdp2" or None: how the model is wrapped at `seq` (on the path of event `at`, if given:
+        wraps in a branch that excludes it do not count)."""
+        state = None
+        for e in self.events:
+            if e.seq >= seq:
+                break
+            if e.entity != entity or (at is not None and (self.exclusive(e, at) or self.rebound(entity, e, at))):
+                continue
+            if e.kind == "wrap1":
+                state = "fsdp1"
+            elif e.kind == "shard2":
+                state = "fsdp2"
+        return state
+
+

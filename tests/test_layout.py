@@ -1,0 +1,84 @@
+"""The engine's modules form no import cycle (lazy imports included; `TYPE_CHECKING` blocks excluded)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "fsdplint"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(tree: ast.AST, modules) -> set[str]:
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.ImportFrom) and child.module and child.module.startswith("fsdplint"):
+                # `from pkg import submodule` depends on the submodule (and on pkg/__init__ only otherwise).
+                for a in child.names:
+                    sub = f"{child.module}.{a.name}"
+                    out.add(sub if sub in modules else child.module)
+            elif isinstance(child, ast.Import):
+                out.update(a.name for a in child.names if a.name.startswith("fsdplint"))
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        deps = {d for d in _imports(ast.parse(path.read_text()), modules) if d in modules and d != name}
+        graph[name] = deps
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(n: str) -> list[str]:
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state:
+                found = dfs(d)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return []
+
+    for n in sorted(graph):
+        if n not in state:
+            found = dfs(n)
+            if found:
+                return found
+    return []
+
+
+def test_engine_modules_have_no_import_cycle():
+    graph = _graph()
+    assert "fsdplint.config" in graph and "fsdplint.analysis.script" in graph
+    cycle = _cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_finder_sees_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
