@@ -238,7 +238,7 @@ def _options_call(a, expr, call):
 
     for _ in range(4):
         if isinstance(expr, cst.Call):
-            return next((c for c in a.c.calls if c.node is expr), None)
+            return a.call_at(expr)
         d = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
         expr = a.binding(d, call.scope) if d else None
     return None

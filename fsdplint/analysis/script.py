@@ -33,7 +33,16 @@ class ScriptAnalysis(Values, Paths, Builder):
 
     # -- facts over the whole file -------------------------------------------------
     def calls(self, *apis: str) -> list[Call]:
-        return [c for c in self.c.calls if c.api in apis]
+        # Indexed by api on first use: rules ask per call site, and a scan each time is quadratic.
+        by_api = self.__dict__.get("_calls_by_api")
+        if by_api is None:
+            by_api = self.__dict__["_calls_by_api"] = {}
+            for i, c in enumerate(self.c.calls):
+                by_api.setdefault(c.api, []).append((i, c))
+        hits = [x for a in dict.fromkeys(apis) for x in by_api.get(a, ())]
+        if len(apis) > 1:
+            hits.sort(key=lambda x: x[0])
+        return [c for _, c in hits]
 
     def method_calls(self, *methods: str) -> list[Call]:
         return [c for c in self.c.calls if c.method in methods]

@@ -26,6 +26,8 @@ _HARMLESS_METHODS = {
 }
 _HARMLESS_FUNCS = {"print", "len", "isinstance", "sum", "type", "str", "repr", "id", "hasattr", "getattr", "list"}
 
+_WRAPS = frozenset(("wrap1", "shard2"))
+
 
 class Timeline:
     def __init__(self, analysis: "ScriptAnalysis", scope: Scope, steps: list[Step]) -> None:
@@ -46,22 +48,41 @@ class Timeline:
         """ids of the calls and assignments this program runs (its entry function and inlined helpers)."""
         return frozenset(id(s.item) for s in self.steps)
 
+    def _of_kinds(self, kinds: frozenset, entity: Optional[str]) -> list[Event]:
+        """Events of these kinds on the entity, in execution order. Indexed once the timeline is built:
+        rules ask per event, and scanning every event each time is quadratic in long files."""
+        idx = self.__dict__.get("_index")
+        if idx is None or idx[0] != len(self.events):
+            by_kind: dict[str, list[Event]] = {}
+            for e in self.events:
+                by_kind.setdefault(e.kind, []).append(e)
+            idx = self.__dict__["_index"] = (len(self.events), by_kind, {})
+        _, by_kind, cache = idx
+        key = (kinds, entity)
+        hit = cache.get(key)
+        if hit is None:
+            hit = [e for k in kinds for e in by_kind.get(k, ()) if e.entity == entity]
+            if len(kinds) > 1:
+                hit.sort(key=lambda e: e.seq)
+            cache[key] = hit
+        return hit
+
     def of(self, kind: str, entity: Optional[str] = None) -> list[Event]:
-        return [e for e in self.events if e.kind == kind and (entity is None or e.entity == entity)]
+        if entity is None:
+            return [e for e in self.events if e.kind == kind]
+        return list(self._of_kinds(frozenset((kind,)), entity))
 
     def before(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
         """Events of these kinds on the entity that can run before `event` (not in an exclusive branch,
         nor before the name was bound to a freshly loaded model on the way to `event`)."""
-        kinds = set(kinds)
         ent = entity if entity is not None else event.entity
-        return [e for e in self.events if e.seq < event.seq and e.kind in kinds and e.entity == ent
+        return [e for e in self._of_kinds(frozenset(kinds), ent) if e.seq < event.seq
                 and not self.exclusive(e, event) and not self.rebound(ent, e, event)]
 
     def after(self, event: Event, kinds: Iterable[str], entity: Optional[str] = None) -> list[Event]:
         """Events of these kinds on the entity that can run after `event` (as `before`)."""
-        kinds = set(kinds)
         ent = entity if entity is not None else event.entity
-        return [e for e in self.events if e.seq > event.seq and e.kind in kinds and e.entity == ent
+        return [e for e in self._of_kinds(frozenset(kinds), ent) if e.seq > event.seq
                 and not self.exclusive(e, event) and not self.rebound(ent, event, e)]
 
     def rebound(self, entity: Optional[str], first: Event, then: Event) -> bool:
@@ -127,10 +148,10 @@ class Timeline:
         """"fsdp1", "fsdp2" or None: how the model is wrapped at `seq` (on the path of event `at`, if given:
         wraps in a branch that excludes it do not count)."""
         state = None
-        for e in self.events:
+        for e in self._of_kinds(_WRAPS, entity):
             if e.seq >= seq:
                 break
-            if e.entity != entity or (at is not None and (self.exclusive(e, at) or self.rebound(entity, e, at))):
+            if at is not None and (self.exclusive(e, at) or self.rebound(entity, e, at)):
                 continue
             if e.kind == "wrap1":
                 state = "fsdp1"
