@@ -1,5 +1,5 @@
-accelerate launch --config_file "configs/fsdp_config.yaml" train.py \
---model_name "meta-llama/Llama-2-70b-chat-hf" \
+accelerate launch --config_file "configs/fsdp_config.yaml"  train.py \
+--model_name "meta-llama/Llama-2-7b-chat-hf" \
 --dataset_name "smangrul/code-chat-assistant-v1" \
 --max_seq_len 2048 \
 --max_steps 500 \
@@ -17,4 +17,6 @@ accelerate launch --config_file "configs/fsdp_config.yaml" train.py \
 --lr_scheduler_type "cosine" \
 --weight_decay 0.01 \
 --warmup_ratio 0.03 \
---use_flash_attn True
+--use_flash_attn True \
+--use_peft_lora True \
+--use_4bit_quantization True

@@ -25,6 +25,7 @@ class ScriptArguments:
     use_flash_attn: Optional[bool] = field(default=False)
     use_peft_lora: Optional[bool] = field(default=False)
     use_4bit_quantization: Optional[bool] = field(default=False)
+    use_8bit_quantization: Optional[bool] = field(default=False)
     use_gradient_checkpointing: Optional[bool] = field(default=False)
 
 

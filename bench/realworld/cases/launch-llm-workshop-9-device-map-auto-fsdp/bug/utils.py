@@ -4,7 +4,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
 
 def create_and_prepare_model(args):
+    device_map = None
     bnb_config = None
+    load_in_8bit = args.use_8bit_quantization
     if args.use_4bit_quantization:
         compute_dtype = getattr(torch, args.bnb_4bit_compute_dtype)
         bnb_config = BitsAndBytesConfig(
@@ -14,9 +16,12 @@ def create_and_prepare_model(args):
             bnb_4bit_use_double_quant=args.use_nested_quant,
         )
 
-    device_map = "auto"
+    if args.use_4bit_quantization or args.use_8bit_quantization:
+        device_map = "auto"  # {"": 0}
+
     model = AutoModelForCausalLM.from_pretrained(
         args.model_name,
+        load_in_8bit=load_in_8bit,
         quantization_config=bnb_config,
         device_map=device_map,
         trust_remote_code=True,
