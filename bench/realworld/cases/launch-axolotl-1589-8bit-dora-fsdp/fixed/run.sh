@@ -1,0 +1,2 @@
+#!/bin/bash
+accelerate launch -m axolotl.cli.train config.yml

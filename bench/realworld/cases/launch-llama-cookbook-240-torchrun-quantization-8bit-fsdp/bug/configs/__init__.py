@@ -1,0 +1,2 @@
+from .training import train_config
+from .fsdp import fsdp_config

@@ -1,0 +1,2 @@
+#!/bin/bash
+accelerate launch --config_file fsdp_config.yaml gen.py

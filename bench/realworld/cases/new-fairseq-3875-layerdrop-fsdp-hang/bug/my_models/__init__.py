@@ -1,0 +1,1 @@
+from . import encoder  # noqa: F401  (registers the architecture)

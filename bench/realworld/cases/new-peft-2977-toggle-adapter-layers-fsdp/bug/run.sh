@@ -1,0 +1,2 @@
+#!/bin/bash
+torchrun --nproc_per_node 8 train.py
