@@ -267,9 +267,15 @@ def score_case(case: dict, linter: Linter, repos: Path | None, work: Path) -> di
         if "error" in fres:
             row["fixed_error"] = fres["error"]
         else:
+            reviewed = set(case.get("fixed_true_findings", []))
             errors = [f for f in fres["findings"] if f.get("severity") == "error"]
             row["false_alarms"] = sorted(
-                f"{f.get('filename')}:{(f.get('location') or {}).get('row')} {f.get('code')}" for f in errors
+                f"{f.get('filename')}:{(f.get('location') or {}).get('row')} {f.get('code')}"
+                for f in errors if f.get("code") not in reviewed
+            )
+            row["fixed_true_findings"] = sorted(
+                f"{f.get('filename')}:{(f.get('location') or {}).get('row')} {f.get('code')}"
+                for f in errors if f.get("code") in reviewed
             )
     return row
 
@@ -292,6 +298,7 @@ def totals(rows: list[dict]) -> dict:
         sub = [r for r in covered if r["kind"] == kind]
         by_kind[kind] = {"caught": sum(r["status"] == "caught" for r in sub), "cases": len(sub)}
     alarms = [(r["id"], a) for r in rows for a in r.get("false_alarms", [])]
+    reviewed = [f"{r['id']}: {a}" for r in rows for a in r.get("fixed_true_findings", [])]
     return {
         "cases": len(rows),
         "covered": len(covered),
@@ -307,6 +314,7 @@ def totals(rows: list[dict]) -> dict:
         "false_alarms": len(alarms),
         "false_alarm_cases": sorted({cid for cid, _ in alarms}),
         "false_alarm_list": [f"{cid}: {a}" for cid, a in alarms],
+        "fixed_true_findings": reviewed,
     }
 
 
@@ -327,6 +335,11 @@ def render(rows: list[dict], tot: dict, version: str) -> str:
                f"in {len(tot['false_alarm_cases'])} of {tot['fixed_trees']} fixed trees")
     for line in tot["false_alarm_list"]:
         out.append(f"  - {line}")
+    if tot["fixed_true_findings"]:
+        out.append(f"- Errors on fixed trees reviewed as true findings unrelated to the case's bug "
+                   f"(`fixed_true_findings`, not counted): {len(tot['fixed_true_findings'])}")
+        for line in tot["fixed_true_findings"]:
+            out.append(f"  - {line}")
     out.append(f"- Skipped (no local copy): {len(tot['skipped'])}"
                + (f" — {', '.join(tot['skipped'])}" if tot["skipped"] else ""))
     out.append(f"- Errors: {len(tot['errors'])}" + (f" — {', '.join(tot['errors'])}" if tot["errors"] else ""))
