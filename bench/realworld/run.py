@@ -297,6 +297,10 @@ def totals(rows: list[dict]) -> dict:
     for kind in sorted({r["kind"] for r in covered}):
         sub = [r for r in covered if r["kind"] == kind]
         by_kind[kind] = {"caught": sum(r["status"] == "caught" for r in sub), "cases": len(sub)}
+    by_shape = {}
+    for shape in sorted({s for r in covered for s in r["shape"]}):
+        sub = [r for r in covered if shape in r["shape"]]
+        by_shape[shape] = {"caught": sum(r["status"] == "caught" for r in sub), "cases": len(sub)}
     alarms = [(r["id"], a) for r in rows for a in r.get("false_alarms", [])]
     reviewed = [f"{r['id']}: {a}" for r in rows for a in r.get("fixed_true_findings", [])]
     return {
@@ -306,6 +310,7 @@ def totals(rows: list[dict]) -> dict:
         "recall": (sum(r["status"] == "caught" for r in covered) / len(covered)) if covered else None,
         "by_setup": by_setup,
         "by_kind": by_kind,
+        "by_shape": by_shape,
         "uncovered": sum(not r["covered"] for r in ran),
         "uncovered_caught": sum(not r["covered"] and r["status"] == "caught" for r in ran),
         "skipped": [r["id"] for r in rows if r["status"] == "skipped"],
@@ -318,8 +323,18 @@ def totals(rows: list[dict]) -> dict:
     }
 
 
+def _bench_commit() -> str:
+    try:
+        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return proc.stdout.strip() or "unknown"
+
+
 def render(rows: list[dict], tot: dict, version: str) -> str:
     out = ["# bench/realworld results", ""]
+    out.append(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {_bench_commit()}.")
     out.append(f"fsdplint: {version}; {tot['cases']} cases "
                f"({sum(r['kind'] == 'handwritten' for r in rows)} handwritten, "
                f"{sum(r['kind'] == 'manifest' for r in rows)} manifest).")
@@ -343,6 +358,13 @@ def render(rows: list[dict], tot: dict, version: str) -> str:
     out.append(f"- Skipped (no local copy): {len(tot['skipped'])}"
                + (f" — {', '.join(tot['skipped'])}" if tot["skipped"] else ""))
     out.append(f"- Errors: {len(tot['errors'])}" + (f" — {', '.join(tot['errors'])}" if tot["errors"] else ""))
+    out.append("")
+    out.append("Recall by shape (a case counts under each of its shapes):")
+    out.append("")
+    out.append("| shape | caught / covered |")
+    out.append("|---|---|")
+    for shape, s in tot["by_shape"].items():
+        out.append(f"| {shape} | {s['caught']}/{s['cases']} |")
     out.append("")
     out.append("| case | kind | setup | shape | covered | expect | result | codes found | fixed: errors |")
     out.append("|---|---|---|---|---|---|---|---|---|")
@@ -399,7 +421,7 @@ def main(argv=None) -> int:
     tot = totals(rows)
     report = render(rows, tot, linter.version())
     print()
-    print("\n".join(report.splitlines()[2:12]))
+    print("\n".join(line for line in report.splitlines()[2:] if not line.startswith("|"))[:3000])
     output = args.output or (None if args.only else str(HERE / "results.md"))
     if output:
         Path(output).write_text(report, encoding="utf-8")
