@@ -329,7 +329,10 @@ def _bench_commit() -> str:
                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return proc.stdout.strip() or "unknown"
+    commit = proc.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!results.md"], cwd=HERE,
+                           capture_output=True, text=True, timeout=30).stdout.strip()
+    return commit + (" (with uncommitted changes to the benchmark)" if dirty else "")
 
 
 def render(rows: list[dict], tot: dict, version: str) -> str:
