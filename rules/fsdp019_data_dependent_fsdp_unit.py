@@ -1,0 +1,211 @@
+import re
+
+import libcst as cst
+
+from fsdplint.findings import Severity
+from fsdplint.resolve import dotted
+from fsdplint.rule import Invalid, Rule, Valid
+
+# Classes that are one routed expert (transformers' v4 MoE blocks and the usual custom names).
+_EXPERT_CLASS = re.compile(r"Expert(?!s)|BlockSparseTop2MLP|SparseMLP\b")
+_WRAPPERS = ("fully_shard", "FSDP1", "fsdp_wrap")
+
+
+class DataDependentFsdpUnit(Rule):
+    code = "FSDP019"
+    name = "data-dependent-fsdp-unit"
+    severity = Severity.ERROR
+    sides = "S"
+    summary = (
+        "an FSDP unit per routed MoE expert (per-expert `fully_shard`/`FSDP`, or a wrap policy naming the expert "
+        "class): ranks whose tokens skip an expert issue different all-gathers and hang"
+    )
+    versions = {"torch": ">=2.0"}
+    doc = """
+    ## What it does
+    Finds FSDP units that contain a single routed expert of a mixture-of-experts layer: `fully_shard(expert)`
+    / `FSDP(expert)` / `wrap(expert)` inside a loop over `<moe>.experts`, and FSDP1 wrap policies
+    (`ModuleWrapPolicy`, `transformer_auto_wrap_policy(transformer_layer_cls=...)`, accelerate's
+    `fsdp_transformer_layer_cls_to_wrap`) that name an expert class (`...Expert`, `MixtralBlockSparseTop2MLP`).
+
+    ## Why is this bad?
+    An FSDP unit all-gathers its parameters when its forward runs. A router sends each rank's tokens to
+    different experts, and MoE blocks skip the experts that received no token (transformers' Mixtral loops
+    only over the experts hit). Then rank 0 runs expert 3's forward — and its all-gather — while rank 1
+    does not: the ranks issue different collective sequences, and the job hangs with no error after a few
+    steps (pytorch#126616). The same holds for units inside any code path that runs on some ranks only
+    (layer drop, early exit).
+
+    ## Example
+    ```python
+    for layer in model.model.layers:
+        for expert in layer.block_sparse_moe.experts:
+            fully_shard(expert)
+        fully_shard(layer)
+    ```
+
+    ## Use instead
+    Put all experts of a layer in one unit, or leave them in the decoder layer's unit:
+    ```python
+    for layer in model.model.layers:
+        fully_shard(layer.block_sparse_moe.experts)  # one unit for every expert, gathered on every rank
+        fully_shard(layer)
+    ```
+    FSDP1: wrap the decoder layer class, not the expert class. Expert parallelism (experts placed on
+    different ranks) needs its own process groups and token dispatch, not per-expert FSDP units.
+
+    ## Fix safety
+    No automatic fix: the wrap granularity changes memory use.
+
+    ## Versions
+    All torch versions, FSDP1 and FSDP2. transformers 5 fuses each layer's experts into 3-D parameters of
+    one module, so per-expert modules come from transformers 4 models and custom MoE code.
+
+    ## References
+    - pytorch#126616 ("FSDP hangs when combing MoE architecture": a wrap policy making each expert a unit)
+    - pytorch#149396 (wrap `transformer_block.moe.experts` as one unit)
+    """
+    references = ("pytorch#126616", "pytorch#149396")
+
+    VALID = [
+        # All experts of a layer in one unit.
+        """
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer.block_sparse_moe.experts)
+            fully_shard(layer)
+        fully_shard(model)
+        """,
+        # Decoder-layer policy.
+        """
+        import functools
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        from transformers.models.mixtral.modeling_mixtral import MixtralDecoderLayer
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={MixtralDecoderLayer})
+        model = FSDP(model, auto_wrap_policy=policy)
+        """,
+        # Dense MLPs per layer: every rank runs every unit.
+        """
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.layers:
+            fully_shard(layer.mlp)
+            fully_shard(layer)
+        """,
+        # accelerate wraps the decoder layers: every expert stays in its layer's unit.
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+                                          "  fsdp_transformer_layer_cls_to_wrap: MixtralDecoderLayer\n"},
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                for expert in layer.block_sparse_moe.experts:
+                    fully_shard(expert)
+                fully_shard(layer)
+            fully_shard(model)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            from transformers.models.mixtral.modeling_mixtral import MixtralBlockSparseTop2MLP, MixtralDecoderLayer
+            model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({MixtralDecoderLayer, MixtralBlockSparseTop2MLP}))
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as fsdp
+
+            class MoE(torch.nn.Module):
+                def shard(self):
+                    for i, e in enumerate(self.experts):
+                        self.experts[i] = fsdp.FullyShardedDataParallel(e)
+            """,
+            line=6,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        for call in a.c.calls:
+            if call.api in _WRAPPERS:
+                target = call.arg(0, "module")
+                if _per_expert(call, target):
+                    ctx.report(call.node, _message("each routed expert is wrapped as its own FSDP unit"))
+                    continue
+            if call.api in ("ModuleWrapPolicy", "transformer_auto_wrap_policy") or (
+                call.api == "functools_partial" and call.arg(0) is not None
+                and (a.resolver.qualify(call.arg(0)) or "").endswith("transformer_auto_wrap_policy")
+            ):
+                classes = call.kw("transformer_layer_cls") or (call.arg(0, "module_classes")
+                                                               if call.api == "ModuleWrapPolicy" else None)
+                name = _expert_class(a, classes)
+                if name:
+                    ctx.report(call.node, _message(f"the wrap policy makes every `{name}` (one routed expert) a unit"))
+        launch = getattr(a, "launch", None)
+        if launch is not None and launch.fsdp_version is not None:
+            s = launch.get("transformer_layer_cls_to_wrap")
+            if s is not None and any(_EXPERT_CLASS.search(n.strip()) for n in str(s.value).split(",")):
+                ctx.report_setting(s, _message(f"fsdp_transformer_layer_cls_to_wrap ({s.value}) makes every routed "
+                                               "expert a unit"))
+
+
+def _message(what: str) -> str:
+    return (
+        f"{what}: an expert's unit all-gathers only when its forward runs, and the router sends each rank's tokens "
+        "to different experts (MoE blocks skip experts that got no token), so ranks issue different all-gathers "
+        "and the job hangs (pytorch#126616). Put a layer's experts in one unit (fully_shard(layer.moe.experts)) "
+        "or leave them in the decoder layer's unit."
+    )
+
+
+def _per_expert(call, target) -> bool:
+    """`for e in moe.experts: fully_shard(e)` (also enumerate / .children() / .values() / experts[i])."""
+    if target is None:
+        return False
+    if isinstance(target, cst.Subscript):
+        d = dotted(target.value)
+        return bool(d and d.split(".")[-1] == "experts" and call.loops)
+    name = dotted(target)
+    if name is None or "." in name:
+        return False
+    for loop in call.loops:
+        if name not in loop.target.split(","):
+            continue
+        it = loop.iter
+        for _ in range(3):
+            if isinstance(it, cst.Call) and it.args and dotted(it.func) in ("enumerate", "list", "reversed"):
+                it = it.args[0].value
+            elif isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in (
+                    "children", "values", "modules"):
+                it = it.func.value
+        d = dotted(it)
+        return bool(d and d.split(".")[-1] == "experts")
+    return False
+
+
+def _expert_class(a, classes):
+    if classes is None:
+        return None
+    elements = classes.elements if isinstance(classes, (cst.Set, cst.List, cst.Tuple)) else [classes]
+    for el in elements:
+        expr = getattr(el, "value", el)
+        d = dotted(expr)
+        name = d.split(".")[-1] if d else None
+        if name is None and isinstance(expr, cst.SimpleString):
+            name = expr.evaluated_value
+        if name and _EXPERT_CLASS.search(name):
+            return name
+    return None

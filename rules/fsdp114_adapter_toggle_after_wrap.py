@@ -1,0 +1,244 @@
+import libcst as cst
+
+from fsdplint.analysis import UNKNOWN
+from fsdplint.collect import AttrSet
+from fsdplint.findings import Severity
+from fsdplint.rule import Invalid, Rule, Valid
+
+_NO_GRAD = ("no_grad", "inference_mode")
+
+
+class AdapterToggleAfterWrap(Rule):
+    code = "FSDP114"
+    name = "adapter-toggle-after-wrap"
+    severity = Severity.ERROR
+    sides = "S"
+    summary = (
+        "`set_adapter(...)` or a by-name `requires_grad` flip on a model already wrapped by FSDP1 with "
+        "use_orig_params=False: the FlatParameters keep the trainability they had at wrap time"
+    )
+    versions = {"torch": ">=2.0"}
+    doc = """
+    ## What it does
+    Finds, after a model was wrapped with `FullyShardedDataParallel(..., use_orig_params=False)` (the
+    default; or prepared by accelerate under an FSDP1 launch with `fsdp_use_orig_params: false`):
+    `model.set_adapter(name)` outside `torch.no_grad()`, and loops over `model.named_parameters()` that set
+    `requires_grad` on the parameters whose name matches (`if "lora" in n: p.requires_grad = True`).
+
+    ## Why is this bad?
+    With `use_orig_params=False`, FSDP1 flattens each unit's parameters into one `FlatParameter`; its
+    `requires_grad` is fixed when the model is wrapped, and the original parameters are no longer
+    registered. After wrapping, `model.named_parameters()` yields only `..._flat_param` names, so a by-name
+    loop matches nothing and silently changes nothing. `set_adapter("other")` makes peft call
+    `requires_grad_()` on adapter modules that own no parameters any more: the adapter it switches to stays
+    frozen, the active one gets no gradient, and the next backward raises `RuntimeError: element 0 of
+    tensors does not require grad and does not have a grad_fn` (measured with torch 2.13, peft 0.21.2 on a
+    small Llama, gloo on CPU; with `use_orig_params=True` and with FSDP2 the same code trains the new
+    adapter).
+
+    Toggling adapters for a forward pass that needs no gradient is fine: `with model.disable_adapter():`,
+    `disable_adapter_layers()` / `enable_adapter_layers()` and `set_adapter` under `torch.no_grad()` (the
+    DPO/ORPO reference-model trick) only switch which adapter the forward uses — measured to give the base
+    model's logits under FSDP1 (both settings) and FSDP2.
+
+    ## Example
+    ```python
+    model = get_peft_model(model, cfg)
+    model.add_adapter("stage2", cfg2)
+    model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model))
+    ...
+    model.set_adapter("stage2")   # stage2's FlatParameters were frozen at wrap time
+    ```
+
+    ## Use instead
+    Choose the trainable adapter and set `requires_grad` before wrapping, or wrap with
+    `use_orig_params=True`, or use FSDP2 (`fully_shard`), where `requires_grad` is read again at every
+    unshard (`FSDPParam.to_unsharded`).
+
+    ## Fix safety
+    No automatic fix: moving the toggle before wrapping changes the training schedule.
+
+    ## Versions
+    Every torch with FSDP1. Inside the forward of an FSDP1 unit with `use_orig_params=True`, a
+    `requires_grad` flip on that unit's parameters raises `RuntimeError: you can only change requires_grad
+    flags of leaf variables` (peft#2977; peft >= 0.19.0 skips non-leaf parameters in its own toggles,
+    peft#3001) — that case is not reported here.
+
+    ## References
+    - peft#1442 (FSDP + `disable_adapter`), peft#2977 (`enable/disable_adapter_layers` under FSDP), peft#3001
+    - torch src torch/distributed/fsdp/_flat_param.py, _fully_shard/_fsdp_param.py
+    """
+    references = ("peft#1442", "peft#2977", "peft#3001")
+
+    VALID = [
+        # The DPO reference trick: the adapter is disabled for a no-grad forward.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, auto_wrap_policy=policy)
+        with torch.no_grad(), model.disable_adapter():
+            ref_logits = model(**batch).logits
+        """,
+        # Adapter chosen before wrapping.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model.set_adapter("stage2")
+        for n, p in model.named_parameters():
+            if "stage2" in n:
+                p.requires_grad = True
+        model = FSDP(model, auto_wrap_policy=policy)
+        """,
+        # use_orig_params=True keeps the original parameters.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
+        model.set_adapter("stage2")
+        """,
+        # FSDP2 reads requires_grad at every unshard.
+        """
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        model.set_adapter("stage2")
+        for n, p in model.named_parameters():
+            if "lm_head" in n:
+                p.requires_grad = True
+        """,
+        # set_adapter for a no-grad reference pass and back.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, auto_wrap_policy=policy)
+        with torch.no_grad():
+            model.set_adapter("ref")
+            ref = model(**batch)
+            model.set_adapter("default")
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from peft.utils.other import fsdp_auto_wrap_policy
+            model.add_adapter("stage2", cfg2)
+            model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), use_orig_params=False)
+            train(model)
+            model.set_adapter("stage2")
+            train(model)
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as fsdp
+
+            def unfreeze_norms(model):
+                for name, param in model.named_parameters():
+                    if "norm" in name:
+                        param.requires_grad = True
+
+            def main(model):
+                model = fsdp.FullyShardedDataParallel(model, auto_wrap_policy=policy)
+                unfreeze_norms(model)
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            accelerator.unwrap_model(model).set_adapter("second")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+                                          "  fsdp_use_orig_params: false\n"},
+            line=4,
+        ),
+    ]
+
+    def check(self, ctx) -> None:
+        a = ctx.analysis
+        for t in a.timelines:
+            flat = [w for w in t.of("wrap1") if _flat(a, w)] + _flat_prepares(a, t)
+            if not flat:
+                continue
+            for step in t.steps:
+                hit = _toggle(a, t, step)
+                if hit is None:
+                    continue
+                entity, node, what = hit
+                wraps = [w for w in flat if w.entity == entity and w.seq < step.order
+                         and not t.exclusive(w, _Probe(step)) and not t.rebound(entity, w, _Probe(step, t))]
+                if not wraps:
+                    continue
+                ctx.report(
+                    node,
+                    f"{what} on a model FSDP1 wrapped with use_orig_params=False (line {ctx.line(wraps[-1].node)}): its "
+                    "parameters are now FlatParameters whose requires_grad was fixed at wrap time and whose names "
+                    "are `..._flat_param`, so this changes nothing and the adapter meant to train stays frozen "
+                    "(backward then raises \"element 0 of tensors does not require grad\"). Set the adapter and "
+                    "requires_grad before wrapping, or wrap with use_orig_params=True, or use FSDP2.",
+                )
+
+
+class _Probe:
+    """Just enough of an Event for Timeline.exclusive / rebound."""
+
+    def __init__(self, step, t=None):
+        self.step, self.timeline = step, t
+
+    @property
+    def seq(self):
+        return self.step.order
+
+    @property
+    def call(self):
+        return self.step.call
+
+
+def _flat(a, w) -> bool:
+    if w.call is None or w.ref is None or w.ref.child:
+        return False
+    kws = a.keywords(w.call)
+    if kws is None:
+        return False
+    expr = kws.get("use_orig_params")
+    return expr is None or a.value(expr, w.call.scope) is False
+
+
+def _flat_prepares(a, t) -> list:
+    launch = getattr(a, "launch", None)
+    if launch is None or launch.fsdp_version != 1:
+        return []
+    setting = launch.get("use_orig_params")
+    if setting is None or str(setting.value).strip().lower() not in ("false", "0", "no"):
+        return []
+    return [p for p in t.of("prepare") if p.ref is not None and not p.ref.child]
+
+
+def _toggle(a, t, step):
+    """(entity, node, description) when the step changes which parameters train."""
+    item = step.item
+    call = step.call
+    if call is not None and call.method == "set_adapter" and call.receiver is not None:
+        if any(any(n in a.code(w) for n in _NO_GRAD) for w in a.enclosing_withs(step)):
+            return None
+        r = a.ref(call.receiver, step)
+        if r is None:
+            return None
+        return t.find(r.key), call.node, "set_adapter()"
+    if isinstance(item, AttrSet) and item.target.endswith(".requires_grad") and item.loops and item.guards:
+        loop = item.loops[-1]
+        it = loop.iter
+        if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute)
+                and it.func.attr.value == "named_parameters"):
+            return None
+        value = a.value(item.value, item.scope)
+        if value is UNKNOWN and not isinstance(item.value, cst.Name):
+            return None
+        r = a._loop_model(step, it)
+        if r is None:
+            return None
+        return t.find(r.key), item.value, "Setting requires_grad by parameter name"
+    return None
