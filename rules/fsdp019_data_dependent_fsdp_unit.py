@@ -18,7 +18,7 @@ class DataDependentFsdpUnit(Rule):
     sides = "S"
     summary = (
         "an FSDP unit per routed MoE expert (per-expert `fully_shard`/`FSDP`, or a wrap policy naming the expert "
-        "class): ranks whose tokens skip an expert issue different all-gathers and hang"
+        "class): ranks whose tokens skip an expert issue different all-gathers (hang or silently wrong weights)"
     )
     versions = {"torch": ">=2.0"}
     doc = """
@@ -32,9 +32,12 @@ class DataDependentFsdpUnit(Rule):
     An FSDP unit all-gathers its parameters when its forward runs. A router sends each rank's tokens to
     different experts, and MoE blocks skip the experts that received no token (transformers' Mixtral loops
     only over the experts hit). Then rank 0 runs expert 3's forward — and its all-gather — while rank 1
-    does not: the ranks issue different collective sequences, and the job hangs with no error after a few
-    steps (pytorch#126616). The same holds for units inside any code path that runs on some ranks only
-    (layer drop, early exit).
+    does not: the ranks issue different collective sequences. When the sizes differ the job hangs with no
+    error after a few steps (pytorch#126616); when they match (experts of one shape) the collectives pair up
+    across experts and each rank silently computes with another expert's weights — measured with torch 2.13
+    FSDP2 on 2 gloo ranks, a 4-expert MoE with per-expert `fully_shard` and rank-dependent routing: the
+    forward differs from the unsharded model on both ranks, and matches it when the MoE block is one unit.
+    The same holds for units inside any code path that runs on some ranks only (layer drop, early exit).
 
     ## Example
     ```python
@@ -45,14 +48,18 @@ class DataDependentFsdpUnit(Rule):
     ```
 
     ## Use instead
-    Put all experts of a layer in one unit, or leave them in the decoder layer's unit:
+    Make the MoE block — the module every token passes through — the unit, or leave the experts in the
+    decoder layer's unit:
     ```python
     for layer in model.model.layers:
-        fully_shard(layer.block_sparse_moe.experts)  # one unit for every expert, gathered on every rank
+        fully_shard(layer.block_sparse_moe)  # router + all experts: gathered on every rank, every step
         fully_shard(layer)
     ```
-    FSDP1: wrap the decoder layer class, not the expert class. Expert parallelism (experts placed on
-    different ranks) needs its own process groups and token dispatch, not per-expert FSDP units.
+    Not `fully_shard(layer.block_sparse_moe.experts)` when `experts` is an `nn.ModuleList`: a ModuleList is
+    never called, so its forward pre-hook never gathers the experts. (A fused experts module with its own
+    `forward`, as in transformers 5 or torchtitan's `GroupedExperts`, is fine as one unit.) FSDP1: wrap the
+    decoder layer class, not the expert class. Expert parallelism (experts placed on different ranks) needs
+    its own process groups and token dispatch, not per-expert FSDP units.
 
     ## Fix safety
     No automatic fix: the wrap granularity changes memory use.
@@ -63,18 +70,26 @@ class DataDependentFsdpUnit(Rule):
 
     ## References
     - pytorch#126616 ("FSDP hangs when combing MoE architecture": a wrap policy making each expert a unit)
-    - pytorch#149396 (wrap `transformer_block.moe.experts` as one unit)
+    - pytorch#149396 (one unit for a layer's fused experts module)
+    - torch src torch/distributed/fsdp/_fully_shard/_fully_shard.py (the unit's forward pre-hook all-gathers)
     """
     references = ("pytorch#126616", "pytorch#149396")
 
     VALID = [
-        # All experts of a layer in one unit.
+        # The MoE block (router and every expert) as one unit.
         """
         from torch.distributed.fsdp import fully_shard
         for layer in model.model.layers:
-            fully_shard(layer.block_sparse_moe.experts)
+            fully_shard(layer.block_sparse_moe)
             fully_shard(layer)
         fully_shard(model)
+        """,
+        # A fused experts module (transformers 5, torchtitan GroupedExperts) runs for every token batch.
+        """
+        from torch.distributed.fsdp import fully_shard
+        for block in model.layers.values():
+            fully_shard(block.moe.experts)
+            fully_shard(block)
         """,
         # Decoder-layer policy.
         """
@@ -165,9 +180,10 @@ class DataDependentFsdpUnit(Rule):
 def _message(what: str) -> str:
     return (
         f"{what}: an expert's unit all-gathers only when its forward runs, and the router sends each rank's tokens "
-        "to different experts (MoE blocks skip experts that got no token), so ranks issue different all-gathers "
-        "and the job hangs (pytorch#126616). Put a layer's experts in one unit (fully_shard(layer.moe.experts)) "
-        "or leave them in the decoder layer's unit."
+        "to different experts (MoE blocks skip experts that got no token), so ranks issue different all-gathers: "
+        "the job hangs (pytorch#126616) or, with same-shaped experts, ranks silently compute with each other's "
+        "expert weights. Make the MoE block the unit (fully_shard(layer.moe)) or leave the "
+        "experts in the decoder layer's unit."
     )
 
 

@@ -33,11 +33,13 @@ class Rank0WorkBeforeCollective(Rule):
     doc = """
     ## What it does
     Finds a rank guard (`if rank == 0:`, `if accelerator.is_main_process:`, `if
-    trainer.is_world_process_zero():`, ...) that loads a model (`from_pretrained`,
-    `AutoPeftModelForCausalLM.from_pretrained`, `PeftModel.from_pretrained`) or merges an adapter
-    (`merge_and_unload()`), followed — outside the guard — by a collective every rank joins
-    (`dist.barrier()`, `accelerator.wait_for_everyone()`, `dist.all_reduce(...)`, `accelerator.gather`,
-    `trainer.save_model()`, ...), in a script that never raises the process-group timeout.
+    trainer.is_world_process_zero():`, ...) that merges an adapter (`merge_and_unload()`,
+    `merge_adapter()`) or loads a model (`from_pretrained`, `AutoPeftModelForCausalLM.from_pretrained`,
+    `PeftModel.from_pretrained`) and saves it, followed — outside the guard, and not by wrapping or training
+    — by a collective every rank joins (`dist.barrier()`, `accelerator.wait_for_everyone()`,
+    `dist.all_reduce(...)`, `accelerator.gather`, `trainer.save_model()`, ...), in a script that never
+    raises the process-group timeout. Loading on rank 0 alone before wrapping (for `sync_module_states` /
+    `cpu_ram_efficient_loading`) is the recommended pattern and is not reported.
 
     ## Why is this bad?
     While rank 0 reads the base model, merges the adapter and writes the merged weights, the other ranks
@@ -127,6 +129,20 @@ class Rank0WorkBeforeCollective(Rule):
         merged.save_pretrained("merged", is_main_process=dist.get_rank() == 0)
         dist.barrier()
         """,
+        # Rank-0 loading for sync_module_states: the next collectives are FSDP's own.
+        """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM
+        dist.init_process_group("nccl")
+        if dist.get_rank() == 0:
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-13b-hf")
+        else:
+            model = build_on_meta()
+        model = FSDP(model, sync_module_states=True, device_id=local_rank)
+        train(model)
+        dist.barrier()
+        """,
         # Trainer with ddp_timeout raised.
         """
         from transformers import Trainer, TrainingArguments, AutoModelForCausalLM
@@ -199,6 +215,8 @@ class Rank0WorkBeforeCollective(Rule):
                 guard = a.rank_guard(step)
                 if guard is None or id(guard) in seen:
                     continue
+                if call.method not in ("merge_and_unload", "merge_adapter") and not _saves_under(a, t, guard):
+                    continue  # rank-0 loading for sync_module_states / cpu_ram_efficient_loading: the usual pattern
                 coll = _next_collective(a, t, step)
                 if coll is None:
                     continue
@@ -218,7 +236,7 @@ class Rank0WorkBeforeCollective(Rule):
 
 
 def _heavy(call) -> bool:
-    return call.api in ("load_model", "PeftModel_from_pretrained") or call.method == "merge_and_unload"
+    return call.api in ("load_model", "PeftModel_from_pretrained") or call.method in ("merge_and_unload", "merge_adapter")
 
 
 def _is_collective(a, call) -> bool:
@@ -233,11 +251,27 @@ def _is_collective(a, call) -> bool:
     return False
 
 
+def _saves_under(a, t, guard) -> bool:
+    """The guarded block also writes a model (the reload-merge-save of transformers#31675)."""
+    for step in t.steps:
+        call = step.call
+        if call is not None and a.rank_guard(step) is guard and (
+                call.method == "save_pretrained" or call.api == "torch_save"):
+            return True
+    return False
+
+
 def _next_collective(a, t, heavy_step):
-    """The first collective after the guarded work, outside any rank guard, on a path that can follow it."""
+    """The first collective after the guarded work, outside any rank guard, on a path that can follow it.
+    Work that comes before wrapping or training is met by FSDP's own collectives (sync_module_states), which
+    the linter does not time: stay silent there."""
     for step in t.steps[heavy_step.order + 1:]:
         call = step.call
-        if call is None or not _is_collective(a, call):
+        if call is None:
+            continue
+        if call.api in ("FSDP1", "fully_shard") or (call.method in ("prepare", "train") and a.rank_guard(step) is None):
+            return None
+        if not _is_collective(a, call):
             continue
         if a.rank_guard(step) is not None or a.exclusive(heavy_step, step):
             continue

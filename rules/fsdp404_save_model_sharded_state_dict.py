@@ -19,7 +19,7 @@ class SaveModelShardedStateDict(Rule):
         "`trainer.save_model()` under FSDP with `state_dict_type: SHARDED_STATE_DICT`: the Trainer writes no "
         "loadable model or adapter"
     )
-    versions = {"transformers": ">=4.30"}
+    versions = {"transformers": ">=4.39"}
     doc = """
     ## What it does
     Finds `trainer.save_model(...)` in a script whose FSDP launch (accelerate YAML
@@ -57,8 +57,9 @@ class SaveModelShardedStateDict(Rule):
     large models; the user chooses between switching before the final save and merging offline.
 
     ## Versions
-    transformers' FSDP `save_model` has saved only under FULL_STATE_DICT since FSDP state-dict types
-    reached the Trainer (read in 4.57.6 and 5.24.0); accelerate's `set_state_dict_type` (read in 1.15).
+    Reported on transformers 4.39.2 (transformers#30491); transformers 4.57.6 and 5.24.0 `save_model` still
+    write weights only under FULL_STATE_DICT (read in their sources). accelerate's `set_state_dict_type`
+    read in 1.15.
 
     ## References
     - transformers#30491 ("Trainer/accelerate doesn't save model when using FSDP with SHARDED_STATE_DICT")
