@@ -15,7 +15,8 @@ class AdapterToggleAfterWrap(Rule):
     sides = "S"
     summary = (
         "`set_adapter(...)` or a by-name `requires_grad` flip on a model already wrapped by FSDP1 with "
-        "use_orig_params=False: the FlatParameters keep the trainability they had at wrap time"
+        "use_orig_params=False (the FlatParameters keep the trainability they had at wrap time), or inside the "
+        "forward of a use_orig_params=True unit (non-leaf views)"
     )
     versions = {"torch": ">=2.0"}
     doc = """
@@ -23,7 +24,9 @@ class AdapterToggleAfterWrap(Rule):
     Finds, after a model was wrapped with `FullyShardedDataParallel(..., use_orig_params=False)` (the
     default; or prepared by accelerate under an FSDP1 launch with `fsdp_use_orig_params: false`):
     `model.set_adapter(name)` outside `torch.no_grad()`, and loops over `model.named_parameters()` that set
-    `requires_grad` on the parameters whose name matches (`if "lora" in n: p.requires_grad = True`).
+    `requires_grad` on the parameters whose name matches (`if "lora" in n: p.requires_grad = True`). Also
+    `requires_grad` flips (and, on peft < 0.19.0, peft's adapter toggles) inside a module's `forward()` when
+    `FSDP(model, use_orig_params=True)` wraps the whole model as one unit.
 
     ## Why is this bad?
     With `use_orig_params=False`, FSDP1 flattens each unit's parameters into one `FlatParameter`; its
@@ -35,6 +38,15 @@ class AdapterToggleAfterWrap(Rule):
     tensors does not require grad and does not have a grad_fn` (measured with torch 2.13, peft 0.21.2 on a
     small Llama, gloo on CPU; with `use_orig_params=True` and with FSDP2 the same code trains the new
     adapter).
+
+    Inside `forward()`, the other way round: with `use_orig_params=True` the parameters of the unit whose
+    forward is running are views of the gathered FlatParameter, not leaves, so flipping their
+    `requires_grad` raises `RuntimeError: you can only change requires_grad flags of leaf variables`
+    (peft#2977). The rule reports it where it is certain: a `requires_grad` flip, or a peft adapter toggle
+    on peft < 0.19.0, inside a `forward()` method of a script that wraps with `FSDP(model,
+    use_orig_params=True)` and no auto-wrap policy (one unit holds everything). Measured: the flip raises
+    when the toggled parameters sit in the running unit, and passes when a layer policy put them in
+    sharded units of their own.
 
     Toggling adapters for a forward pass that needs no gradient is fine: `with model.disable_adapter():`,
     `disable_adapter_layers()` / `enable_adapter_layers()` and `set_adapter` under `torch.no_grad()` (the
@@ -52,17 +64,18 @@ class AdapterToggleAfterWrap(Rule):
 
     ## Use instead
     Choose the trainable adapter and set `requires_grad` before wrapping, or wrap with
-    `use_orig_params=True`, or use FSDP2 (`fully_shard`), where `requires_grad` is read again at every
-    unshard (`FSDPParam.to_unsharded`).
+    `use_orig_params=True` (measured: after `set_adapter("second")` the second adapter's gradients are
+    reduced and equal on 2 gloo ranks), or use FSDP2 (`fully_shard`), where `requires_grad` is read again at
+    every unshard (`FSDPParam.to_unsharded`). Toggle outside `forward()` (in the training step, before calling
+    the wrapped model).
 
     ## Fix safety
     No automatic fix: moving the toggle before wrapping changes the training schedule.
 
     ## Versions
-    Every torch with FSDP1. Inside the forward of an FSDP1 unit with `use_orig_params=True`, a
-    `requires_grad` flip on that unit's parameters raises `RuntimeError: you can only change requires_grad
-    flags of leaf variables` (peft#2977; peft >= 0.19.0 skips non-leaf parameters in its own toggles,
-    peft#3001) — that case is not reported here.
+    Every torch with FSDP1. peft < 0.19.0 toggles (`set_adapter`, `enable/disable_adapter_layers`,
+    `disable_adapter()`) call `requires_grad_()` on every adapter parameter; peft#3001 (0.19.0) skips
+    non-leaf ones, so from 0.19.0 only the user's own flips inside `forward()` raise.
 
     ## References
     - peft#1442 (FSDP + `disable_adapter`), peft#2977 (`enable/disable_adapter_layers` under FSDP), peft#3001
@@ -104,6 +117,36 @@ class AdapterToggleAfterWrap(Rule):
         for n, p in model.named_parameters():
             if "lm_head" in n:
                 p.requires_grad = True
+        """,
+        # peft >= 0.19 toggles skip non-leaf parameters inside forward (peft#3001).
+        Valid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            class Icae(torch.nn.Module):
+                def forward(self, x):
+                    self.lm.set_adapter("encoder")
+                    out = self.lm(inputs_embeds=x)
+                    self.lm.disable_adapter_layers()
+                    return out
+
+            model = FSDP(Icae(lm), use_orig_params=True)
+            """,
+            target={"peft": "0.19.0"},
+        ),
+        # A layer policy: the adapters live in sharded units of their own while the root's forward runs.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Wrapper(torch.nn.Module):
+            def forward(self, x):
+                for n, p in self.lm.named_parameters():
+                    p.requires_grad = "lora" in n
+                return self.lm(x)
+
+        model = FSDP(Wrapper(lm), auto_wrap_policy=policy, use_orig_params=True)
         """,
         # set_adapter for a no-grad reference pass and back.
         """
@@ -155,6 +198,42 @@ class AdapterToggleAfterWrap(Rule):
                                           "  fsdp_use_orig_params: false\n"},
             line=4,
         ),
+        # peft#2977: adapter switching inside the wrapped forward, one FSDP1 unit, peft < 0.19.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            class Icae(torch.nn.Module):
+                def forward(self, x):
+                    self.lm.set_adapter("encoder")
+                    out = self.lm(inputs_embeds=x)
+                    self.lm.disable_adapter_layers()
+                    return out
+
+            model = FSDP(Icae(lm), use_orig_params=True, device_id=local_rank)
+            """,
+            target={"peft": "0.18.1"},
+            line=6,
+        ),
+        # A manual flip inside forward raises on every peft version.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            class Stage(torch.nn.Module):
+                def forward(self, x):
+                    for name, param in self.lm.named_parameters():
+                        if "encadapt" in name:
+                            param.requires_grad = False
+                    return self.lm(x)
+
+            model = FSDP(Stage(lm), use_orig_params=True)
+            """,
+            target={"peft": "0.21.2"},
+            line=8,
+        ),
     ]
 
     def check(self, ctx) -> None:
@@ -180,6 +259,57 @@ class AdapterToggleAfterWrap(Rule):
                     "(backward then raises \"element 0 of tensors does not require grad\"). Set the adapter and "
                     "requires_grad before wrapping, or wrap with use_orig_params=True, or use FSDP2.",
                 )
+        self._check_in_forward(ctx)
+
+    def _check_in_forward(self, ctx) -> None:
+        """Toggles inside `forward()` when one FSDP1 unit with use_orig_params=True holds every parameter: during
+        that unit's forward its parameters are views of the gathered FlatParameter, not leaves."""
+        a = ctx.analysis
+        single = [c for c in a.calls("FSDP1") if _single_unit_orig_params(a, c)]
+        if not single:
+            return
+        old_peft = ctx.version("peft") < PEFT_LEAF_SAFE_TOGGLES
+        for scope in a.c.scopes:
+            if scope.name != "forward" or scope.klass is None:
+                continue
+            for call in scope.calls:
+                if call.receiver is None:
+                    continue
+                if call.method in _PEFT_TOGGLES and old_peft:
+                    what = f"{call.method}() (peft {ctx.version('peft').describe()} flips requires_grad on the adapters)"
+                elif call.method == "requires_grad_":
+                    what = "requires_grad_()"
+                else:
+                    continue
+                self._report_in_forward(ctx, call.node, what, single[0])
+            for item in scope.attr_sets:
+                if item.target.endswith(".requires_grad") and item.key is None:
+                    self._report_in_forward(ctx, item.value, "Setting requires_grad", single[0])
+
+    def _report_in_forward(self, ctx, node, what, wrap) -> None:
+        ctx.report(
+            node,
+            f"{what} inside forward(), while FSDP1 with use_orig_params=True wraps the whole model as one unit "
+            f"(line {ctx.line(wrap.node)}): during that unit's forward its parameters are views of the gathered "
+            "FlatParameter, not leaf tensors, and the first flip raises \"RuntimeError: you can only change "
+            "requires_grad flags of leaf variables\" (peft#2977). Toggle outside forward(), wrap the layers as "
+            "their own units (auto_wrap_policy), or use peft >= 0.19.0, whose toggles skip non-leaf parameters "
+            "(peft#3001).",
+        )
+
+
+_PEFT_TOGGLES = ("set_adapter", "enable_adapter_layers", "disable_adapter_layers", "disable_adapter", "enable_adapters")
+# peft#3001 (first released in 0.19.0): adapter toggles set requires_grad on leaf parameters only.
+PEFT_LEAF_SAFE_TOGGLES = "0.19.0"
+
+
+def _single_unit_orig_params(a, call) -> bool:
+    """`FSDP(model, use_orig_params=True)` with no auto-wrap policy: one unit holds every parameter."""
+    kws = a.keywords(call)
+    if kws is None or "auto_wrap_policy" in kws:
+        return False
+    expr = kws.get("use_orig_params")
+    return expr is not None and a.value(expr, call.scope) is True
 
 
 class _Probe:
