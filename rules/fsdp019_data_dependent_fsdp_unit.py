@@ -2,6 +2,7 @@ import re
 
 import libcst as cst
 
+from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
@@ -9,13 +10,24 @@ from fsdplint.rule import Invalid, Rule, Valid
 # Classes that are one routed expert (transformers' v4 MoE blocks and the usual custom names).
 _EXPERT_CLASS = re.compile(r"Expert(?!s)|BlockSparseTop2MLP|SparseMLP\b")
 _WRAPPERS = ("fully_shard", "FSDP1", "fsdp_wrap")
+# A unit at or below one element of a routed-experts container: `...experts.3`, `...experts.expert_0.wi`.
+_IN_ONE_EXPERT = re.compile(r"^(?P<owner>.*?)\.?experts\.(?P<key>[^.]+)(?:\.|$)")
+_ROUTER_NAMES = ("router", "gate")
+
+# transformers' Switch Transformers keeps one module per routed expert (`mlp.experts.expert_<i>`) and its
+# `SwitchTransformersExperts.forward` runs only the experts that were hit (`expert_hit = ...nonzero()`).
+_SWITCH = {"model_type": "switch_transformers", "architectures": ["SwitchTransformersForConditionalGeneration"],
+           "d_model": 64, "d_ff": 128, "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4,
+           "num_experts": 4, "vocab_size": 256, "encoder_sparse_step": 1, "decoder_sparse_step": 1,
+           "torch_dtype": "bfloat16"}
+_SWITCH_LORA = {"r": 8, "target_modules": ["q", "v"]}
 
 
 class DataDependentFsdpUnit(Rule):
     code = "FSDP019"
     name = "data-dependent-fsdp-unit"
     severity = Severity.ERROR
-    sides = "S"
+    sides = "SA"
     summary = (
         "an FSDP unit per routed MoE expert (per-expert `fully_shard`/`FSDP`, or a wrap policy naming the expert "
         "class): ranks whose tokens skip an expert issue different all-gathers (hang or silently wrong weights)"
@@ -27,6 +39,9 @@ class DataDependentFsdpUnit(Rule):
     / `FSDP(expert)` / `wrap(expert)` inside a loop over `<moe>.experts`, and FSDP1 wrap policies
     (`ModuleWrapPolicy`, `transformer_auto_wrap_policy(transformer_layer_cls=...)`, accelerate's
     `fsdp_transformer_layer_cls_to_wrap`) that name an expert class (`...Expert`, `MixtralBlockSparseTop2MLP`).
+    The model audit reports planned units that sit inside one element of a routed-experts container (an
+    `experts` ModuleList/ModuleDict next to a `router`/`gate`), e.g. Switch Transformers'
+    `mlp.experts.expert_0` when the wrap list names `SwitchTransformersDenseActDense`.
 
     ## Why is this bad?
     An FSDP unit all-gathers its parameters when its forward runs. A router sends each rank's tokens to
@@ -152,6 +167,42 @@ class DataDependentFsdpUnit(Rule):
         ),
     ]
 
+    AUDIT_VALID = [
+        spec(model=_SWITCH, lora=_SWITCH_LORA, fsdp={"wrap": ["SwitchTransformersBlock"]}),
+        spec(model=_SWITCH, lora=_SWITCH_LORA, fsdp={"wrap": ["SwitchTransformersSparseMLP", "SwitchTransformersBlock"]}),
+        spec("mixtral", fsdp={"wrap": ["MixtralDecoderLayer"]}),
+    ]
+    AUDIT_INVALID = [
+        spec(model=_SWITCH, lora=_SWITCH_LORA, fsdp={"wrap": ["SwitchTransformersBlock", "SwitchTransformersDenseActDense"]}),
+        spec(model=_SWITCH, lora=_SWITCH_LORA,
+             fsdp={"version": 1, "use_orig_params": True,
+                   "wrap": ["SwitchTransformersBlock", "SwitchTransformersDenseActDense"]}),
+    ]
+
+    def audit(self, ctx) -> None:
+        """Planned units that sit inside one element of a routed-experts container (a module holding
+        `experts` next to a router/gate)."""
+        model = ctx.built.model
+        modules = dict(model.named_modules())
+        hits = []
+        for unit in ctx.plan.units:
+            m = _IN_ONE_EXPERT.match(unit.name or "")
+            if m is None:
+                continue
+            owner = modules.get(m.group("owner"))
+            if owner is None or not any(any(r in n for r in _ROUTER_NAMES) for n, _ in owner.named_children()):
+                continue
+            hits.append(unit.name)
+        if not hits:
+            return
+        ctx.report(
+            self,
+            f"{len(hits)} FSDP unit(s) hold a single routed expert ({hits[0]}{', ...' if len(hits) > 1 else ''}): "
+            + _WHY,
+            unit=hits[0],
+            field="fsdp.wrap",
+        )
+
     def check(self, ctx) -> None:
         a = ctx.analysis
         for call in a.c.calls:
@@ -177,14 +228,16 @@ class DataDependentFsdpUnit(Rule):
                                                "expert a unit"))
 
 
+_WHY = (
+    "an expert's unit all-gathers only when its forward runs, and the router sends each rank's tokens to different "
+    "experts (MoE blocks skip experts that got no token), so ranks issue different all-gathers: the job hangs "
+    "(pytorch#126616) or, with same-shaped experts, ranks silently compute with each other's expert weights. Make "
+    "the MoE block the unit (fully_shard(layer.moe)) or leave the experts in the decoder layer's unit."
+)
+
+
 def _message(what: str) -> str:
-    return (
-        f"{what}: an expert's unit all-gathers only when its forward runs, and the router sends each rank's tokens "
-        "to different experts (MoE blocks skip experts that got no token), so ranks issue different all-gathers: "
-        "the job hangs (pytorch#126616) or, with same-shaped experts, ranks silently compute with each other's "
-        "expert weights. Make the MoE block the unit (fully_shard(layer.moe)) or leave the "
-        "experts in the decoder layer's unit."
-    )
+    return f"{what}: {_WHY}"
 
 
 def _per_expert(call, target) -> bool:
