@@ -3,7 +3,7 @@ from fsdplint.rule import Invalid, Rule, Valid
 
 # torch.distributed collectives a waiting rank can sit in.
 _TORCH_COLLECTIVES = {
-    "barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
+    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
     "broadcast_object_list", "reduce", "gather", "gather_object", "scatter", "reduce_scatter",
     "reduce_scatter_tensor",
 }
@@ -120,6 +120,15 @@ class Rank0WorkBeforeCollective(Rule):
         if dist.get_rank() == 0:
             AutoPeftModelForCausalLM.from_pretrained("out").merge_and_unload().save_pretrained("merged")
         """,
+        # The barrier has its own timeout.
+        """
+        import torch.distributed as dist
+        from peft import AutoPeftModelForCausalLM
+        if dist.get_rank() == 0:
+            AutoPeftModelForCausalLM.from_pretrained("out").merge_and_unload().save_pretrained("merged")
+        dist.monitored_barrier(timeout=BARRIER_TIMEOUT, wait_all_ranks=True)
+        dist.all_reduce(flag)
+        """,
         # Every rank loads and merges; rank 0 only writes.
         """
         import torch.distributed as dist
@@ -218,8 +227,8 @@ class Rank0WorkBeforeCollective(Rule):
                 if call.method not in ("merge_and_unload", "merge_adapter") and not _saves_under(a, t, guard):
                     continue  # rank-0 loading for sync_module_states / cpu_ram_efficient_loading: the usual pattern
                 coll = _next_collective(a, t, step)
-                if coll is None:
-                    continue
+                if coll is None or a.keyword(coll, "timeout") is not None:
+                    continue  # none, or one with its own timeout (`monitored_barrier(timeout=...)`)
                 seen.add(id(guard))
                 limit = _default_timeout(a)
                 ctx.report(
