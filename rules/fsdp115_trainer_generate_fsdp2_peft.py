@@ -30,7 +30,7 @@ class TrainerGenerateFsdp2Peft(Rule):
     ## What it does
     Finds a TRL trainer that generates with the training model inside its loop (`GRPOTrainer`,
     `RLOOTrainer`, `OnlineDPOTrainer`, `PPOTrainer`, `XPOTrainer`, `NashMDTrainer`) given a LoRA adapter
-    (`peft_config=` or a PEFT model), launched with FSDP2 (`fsdp_version: 2`), without vLLM generation
+    (`peft_config=` with a `LoraConfig` the script builds, or a PEFT model), launched with FSDP2 (`fsdp_version: 2`), without vLLM generation
     (`use_vllm=True`), when the target transformers is older than 5.0.0.
 
     ## Why is this bad?
@@ -109,6 +109,17 @@ class TrainerGenerateFsdp2Peft(Rule):
             target={"transformers": "4.57.1"},
             options={"accelerate_config": _YAML_FSDP2},
         ),
+        # trl's script helper returns None unless --use_peft: no LoRA config is visible.
+        Valid(
+            """
+            from trl import GRPOConfig, GRPOTrainer, get_peft_config
+            trainer = GRPOTrainer(model=model_id, reward_funcs=reward, args=GRPOConfig("out"),
+                                  peft_config=get_peft_config(model_args))
+            trainer.train()
+            """,
+            target={"transformers": "4.57.1"},
+            options={"accelerate_config": _YAML_FSDP2},
+        ),
         # SFT does not generate inside the loop.
         Valid(
             """
@@ -149,12 +160,14 @@ class TrainerGenerateFsdp2Peft(Rule):
         ),
         Invalid(
             """
+            from peft import LoraConfig
             from trl import OnlineDPOTrainer as Online
+            lora_config = LoraConfig(r=16, target_modules="all-linear")
             trainer = Online(model=model, judge=judge, args=args, train_dataset=ds, peft_config=lora_config)
             trainer.train()
             """,
             options={"accelerate_config": _YAML_FSDP2},
-            line=2,
+            line=4,
         ),
     ]
 
@@ -172,7 +185,9 @@ class TrainerGenerateFsdp2Peft(Rule):
             if name is None:
                 continue
             peft = call.kw("peft_config")
-            has_adapter = peft is not None and a.value(peft, call.scope) is not None
+            # A LoraConfig the file builds; `peft_config=get_peft_config(args)` may be None (no LoRA): stay silent.
+            has_adapter = peft is not None and a.value(peft, call.scope) is not None and (
+                a.call_for(peft, call.scope, "LoraConfig") is not None or bool(a.calls("LoraConfig")))
             if not has_adapter:
                 model = call.arg(0, "model")
                 has_adapter = model is not None and a.value(model, call.scope) is UNKNOWN and bool(
