@@ -1,6 +1,5 @@
 import libcst as cst
 
-from fsdplint.analysis import UNKNOWN
 from fsdplint.collect import AttrSet
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
@@ -107,6 +106,14 @@ class AdapterToggleAfterWrap(Rule):
         model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
         model.set_adapter("stage2")
         """,
+        # Freezing everything (no name filter inside the loop) reaches every FlatParameter too.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(model, auto_wrap_policy=policy)
+        if args.freeze_all:
+            for n, p in model.named_parameters():
+                p.requires_grad = False
+        """,
         # FSDP2 reads requires_grad at every unshard.
         """
         from torch.distributed.fsdp import fully_shard
@@ -196,6 +203,15 @@ class AdapterToggleAfterWrap(Rule):
             """,
             options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
                                           "  fsdp_use_orig_params: false\n"},
+            line=4,
+        ),
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy, use_orig_params=False)
+            for n, p in model.named_parameters():
+                p.requires_grad = "lora_" in n or "embed_tokens" in n
+            """,
             line=4,
         ),
         # peft#2977: adapter switching inside the wrapped forward, one FSDP1 unit, peft < 0.19.
@@ -358,17 +374,31 @@ def _toggle(a, t, step):
         if r is None:
             return None
         return t.find(r.key), call.node, "set_adapter()"
-    if isinstance(item, AttrSet) and item.target.endswith(".requires_grad") and item.loops and item.guards:
+    if isinstance(item, AttrSet) and item.target.endswith(".requires_grad") and item.loops:
         loop = item.loops[-1]
         it = loop.iter
         if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute)
                 and it.func.attr.value == "named_parameters"):
             return None
-        value = a.value(item.value, item.scope)
-        if value is UNKNOWN and not isinstance(item.value, cst.Name):
+        # By name: an `if` inside the loop, or `p.requires_grad = "lora" in n`.
+        inner_if = any(g.loop_depth >= len(item.loops) for g in item.guards)
+        if not inner_if and not _mentions(item.value, set(loop.target.split(",")) - {item.target.split(".")[0]}):
             return None
         r = a._loop_model(step, it)
         if r is None:
             return None
         return t.find(r.key), item.value, "Setting requires_grad by parameter name"
     return None
+
+
+def _mentions(expr, names: set) -> bool:
+    """Whether the expression reads one of these names (the loop's parameter-name variable)."""
+    found = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in names:
+                found.append(node)
+
+    expr.visit(_V())
+    return bool(found)
