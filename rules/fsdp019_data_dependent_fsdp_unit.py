@@ -8,10 +8,11 @@ from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 
 # Classes that are one routed expert (transformers' v4 MoE blocks and the usual custom names).
-_EXPERT_CLASS = re.compile(r"Expert(?!s)|BlockSparseTop2MLP|SparseMLP\b")
+# (Not "...Experts" containers, not shared experts, which run for every token.)
+_EXPERT_CLASS = re.compile(r"^(?!.*Shared).*(Expert(?!s)|BlockSparseTop2MLP)")
 _WRAPPERS = ("fully_shard", "FSDP1", "fsdp_wrap")
 # A unit at or below one element of a routed-experts container: `...experts.3`, `...experts.expert_0.wi`.
-_IN_ONE_EXPERT = re.compile(r"^(?P<owner>.*?)\.?experts\.(?P<key>[^.]+)(?:\.|$)")
+_IN_ONE_EXPERT = re.compile(r"^(?:(?P<owner>.*)\.)?experts\.(?P<key>[^.]+)(?:\.|$)")
 _ROUTER_NAMES = ("router", "gate")
 
 # transformers' Switch Transformers keeps one module per routed expert (`mlp.experts.expert_<i>`) and its
@@ -115,6 +116,13 @@ class DataDependentFsdpUnit(Rule):
         policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={MixtralDecoderLayer})
         model = FSDP(model, auto_wrap_policy=policy)
         """,
+        # The shared expert runs for every token; the MoE block is one unit.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock, Qwen2MoeSharedExpert
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Qwen2MoeSparseMoeBlock, Qwen2MoeSharedExpert}))
+        """,
         # Dense MLPs per layer: every rank runs every unit.
         """
         from torch.distributed.fsdp import fully_shard
@@ -189,7 +197,7 @@ class DataDependentFsdpUnit(Rule):
             m = _IN_ONE_EXPERT.match(unit.name or "")
             if m is None:
                 continue
-            owner = modules.get(m.group("owner"))
+            owner = modules.get(m.group("owner") or "")
             if owner is None or not any(any(r in n for r in _ROUTER_NAMES) for n, _ in owner.named_children()):
                 continue
             hits.append(unit.name)
