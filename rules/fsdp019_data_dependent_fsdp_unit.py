@@ -173,6 +173,18 @@ class DataDependentFsdpUnit(Rule):
             """,
             line=6,
         ),
+        # accelerate's TRANSFORMER_BASED_WRAP naming the expert class.
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+                                          "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                          "  fsdp_transformer_layer_cls_to_wrap: MixtralDecoderLayer,"
+                                          "MixtralBlockSparseTop2MLP\n"},
+        ),
     ]
 
     AUDIT_VALID = [

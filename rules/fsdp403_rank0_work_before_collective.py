@@ -27,8 +27,8 @@ class Rank0WorkBeforeCollective(Rule):
     severity = Severity.WARNING
     sides = "S"
     summary = (
-        "a model is loaded or merged on rank 0 only while the other ranks wait in the next collective, under the "
-        "default process-group timeout (10 min NCCL, 30 min under the Trainer)"
+        "an adapter merged, or a model loaded and saved, on rank 0 only while the other ranks wait in the next "
+        "collective under the default process-group timeout (10 min NCCL, 30 min under the Trainer)"
     )
     doc = """
     ## What it does
@@ -233,7 +233,7 @@ class Rank0WorkBeforeCollective(Rule):
                 limit = _default_timeout(a)
                 ctx.report(
                     call.node,
-                    f"This loads or merges a model on some ranks only (guard at line {ctx.line(guard)}) while the "
+                    f"This merges, or loads and saves, a model on some ranks only (guard at line {ctx.line(guard)}) while the "
                     f"other ranks already wait in {ctx.code(coll.node.func)}() (line {ctx.line(coll.node)}). Their "
                     f"wait is bounded by the process-group timeout, here the default {limit}; reading and "
                     "writing a bf16 model moves 2 bytes per parameter each way (a 70B model: 140 GB + 140 GB, ~9 min "
