@@ -1,5 +1,5 @@
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rule import Invalid, Rule
 
 # torch.distributed collectives a waiting rank can sit in.
 _TORCH_COLLECTIVES = {
