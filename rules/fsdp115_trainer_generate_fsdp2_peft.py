@@ -109,7 +109,7 @@ class TrainerGenerateFsdp2Peft(Rule):
             target={"transformers": "4.57.1"},
             options={"accelerate_config": _YAML_FSDP2},
         ),
-        # trl's script helper returns None unless --use_peft: no LoRA config is visible.
+        # trl's get_peft_config returns None unless --use_peft: no LoRA config is visible.
         Valid(
             """
             from trl import GRPOConfig, GRPOTrainer, get_peft_config
