@@ -101,6 +101,18 @@ class SaveModelShardedStateDict(Rule):
             """,
             options={"accelerate_config": _YAML_SHARDED},
         ),
+        # The plugin attribute set directly.
+        Valid(
+            """
+            from torch.distributed.fsdp import StateDictType
+            from transformers import Trainer
+            trainer = Trainer(model=model, args=args, train_dataset=ds)
+            trainer.train()
+            trainer.accelerator.state.fsdp_plugin.state_dict_type = StateDictType.FULL_STATE_DICT
+            trainer.save_model("out")
+            """,
+            options={"accelerate_config": _YAML_SHARDED},
+        ),
         # No FSDP: save_model writes the model.
         """
         from transformers import Trainer, TrainingArguments
@@ -177,9 +189,16 @@ class SaveModelShardedStateDict(Rule):
 
 
 def _switched_to_full(a) -> bool:
-    """`...fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")` (or a type the linter cannot read) somewhere."""
+    """`...fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")` or `...fsdp_plugin.state_dict_type = ...FULL...`
+    (or a type the linter cannot read) somewhere."""
     for call in a.method_calls("set_state_dict_type"):
         text = a.code(call.node)
         if "SHARDED" not in text and "LOCAL" not in text:
             return True
+    for scope in a.c.scopes:
+        for item in scope.attr_sets:
+            if item.key is None and item.target.endswith("fsdp_plugin.state_dict_type"):
+                text = a.code(item.value)
+                if "SHARDED" not in text and "LOCAL" not in text:
+                    return True
     return False
