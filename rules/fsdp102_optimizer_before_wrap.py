@@ -8,6 +8,11 @@ from fsdplint.fixes import InsertLinesAfter, RemoveStatement, contains, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 
+# accelerate#2177 (first released in 0.25.0) removed `Accelerator._prepare_fsdp`, which had re-created an optimizer
+# passed to `prepare` together with its model from the FSDP-wrapped model's parameters.
+ACCELERATE_DROPPED_FSDP_REBUILD = "0.25.0"
+_YAML_FSDP1_FLAT = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_use_orig_params: false\n"
+
 
 class OptimizerBeforeWrap(Rule):
     code = "FSDP102"
@@ -15,13 +20,18 @@ class OptimizerBeforeWrap(Rule):
     severity = Severity.ERROR
     sides = "SR"
     fix = Applicability.UNSAFE
-    summary = "optimizer built from the model's params before FSDP1 wrapping (use_orig_params=False)"
+    summary = (
+        "optimizer built from the model's params before FSDP1 wrapping (use_orig_params=False), also through "
+        "one accelerator.prepare(model, optimizer) call on accelerate >= 0.25"
+    )
     doc = """
     ## What it does
     Finds an optimizer built from a model's parameters before the model is wrapped with
     `FullyShardedDataParallel` (with `use_orig_params=False`, the default) or sharded with `fully_shard`,
-    and never rebuilt afterwards; and, under an accelerate FSDP2 launch config, a model prepared in an
-    `accelerator.prepare` call without its optimizer.
+    and never rebuilt afterwards; under an accelerate FSDP2 launch config, a model prepared in an
+    `accelerator.prepare` call without its optimizer; and, under an accelerate FSDP1 launch with
+    `fsdp_use_orig_params: false`, an optimizer built before one `accelerator.prepare(model, optimizer)` call
+    when the target accelerate is 0.25.0 or newer.
 
     ## Why is this bad?
     FSDP shards in place and replaces the parameters: FSDP1 flattens them into `FlatParameter`s, FSDP2
@@ -40,23 +50,42 @@ class OptimizerBeforeWrap(Rule):
     model = FSDP(model, auto_wrap_policy=policy)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ```
-    With accelerate, pass both to one call: `model, optimizer = accelerator.prepare(model, optimizer)`
-    (accelerate rebinds the optimizer to the sharded parameters).
+    With accelerate and FSDP2, pass both to one call: `model, optimizer = accelerator.prepare(model, optimizer)`
+    (accelerate >= 1.6 maps the optimizer onto the sharded parameters). With accelerate and FSDP1, one call is
+    enough only with `fsdp_use_orig_params: true` (the default of `accelerate launch` since 0.25.0): FSDP1
+    then keeps the original parameter objects. With `fsdp_use_orig_params: false`, accelerate >= 0.25.0 hands
+    the optimizer back untouched, so prepare the model first and build the optimizer from it:
+    ```python
+    model = accelerator.prepare(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = accelerator.prepare(optimizer)
+    ```
 
     ## Fix safety
     Unsafe: the fix moves the optimizer statement after the last wrap when both are statements of one
     block. Code in between that used the optimizer (a scheduler, a checkpoint load) must move too.
 
     ## Versions
-    All versions of torch. The accelerate FSDP2 check follows accelerate's own `prepare` (1.15).
+    All versions of torch. The accelerate FSDP2 check follows accelerate's own `prepare` (1.15). The
+    accelerate FSDP1 check: up to 0.24.1, `prepare(model, optimizer)` re-created the optimizer from the
+    wrapped model's parameters (`Accelerator._prepare_fsdp`, with the warning "it is efficient and
+    recommended to call prepare for the model before creating the optimizer"); accelerate#2177 removed it
+    and made `use_orig_params=True` the launch default, first released in 0.25.0. Read in the accelerate
+    sources of 0.24.1, 0.25.0, 1.0.0, 1.6.0, 1.14.0 and 1.15.0: from 0.25.0 nothing maps an FSDP1 optimizer
+    onto FlatParameters (only XLA and, from 1.6.0, FSDP2 are remapped), so the stall of accelerate#2665 and
+    #3256 is present in every release since.
 
     ## References
     - PyTorch FSDP docs (torch 2.0 fsdp.html): "the optimizer must be initialized after the module has been
       wrapped with FSDP"
     - accelerate docs usage_guides/fsdp.md; accelerate src accelerator.py
     - princeton-nlp/LESS#4
+    - accelerate#2665 ("FSDP Model not learning during training, loss stays constant"), accelerate#3256
+      ("Model Training Stalls with FSDP when `fsdp_use_orig_params=False`"), accelerate#2177 (removal of
+      `_prepare_fsdp`), pytorch#107843
     """
-    references = ("https://pytorch.org/docs/2.0/fsdp.html", "princeton-nlp/LESS#4")
+    references = ("https://pytorch.org/docs/2.0/fsdp.html", "princeton-nlp/LESS#4", "accelerate#2665", "accelerate#3256",
+                  "accelerate#2177")
 
     VALID = [
         """
@@ -106,6 +135,41 @@ class OptimizerBeforeWrap(Rule):
             model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
             """,
             options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
+        ),
+        # FSDP1 with use_orig_params: true (accelerate's launch default): the original parameters survive.
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": _YAML_FSDP1_FLAT.replace("false", "true")},
+        ),
+        # accelerate <= 0.24 re-created the optimizer from the wrapped model inside prepare.
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            target={"accelerate": "0.24.1"},
+            options={"accelerate_config": _YAML_FSDP1_FLAT},
+        ),
+        # use_orig_params: false, model prepared first, optimizer built from the wrapped model.
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model = accelerator.prepare(model)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            optimizer = accelerator.prepare(optimizer)
+            """,
+            options={"accelerate_config": _YAML_FSDP1_FLAT},
         ),
         # Another model's optimizer.
         """
@@ -189,6 +253,19 @@ class OptimizerBeforeWrap(Rule):
             options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
             line=5,
         ),
+        # accelerate#3256: one prepare call, FSDP1 with use_orig_params: false, accelerate >= 0.25.
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+            """,
+            target={"accelerate": "1.1.1"},
+            options={"accelerate_config": _YAML_FSDP1_FLAT},
+            line=4,
+        ),
     ]
 
     def check(self, ctx) -> None:
@@ -202,6 +279,7 @@ class OptimizerBeforeWrap(Rule):
                 if fsdp2_launch:
                     _check_separate_prepare(ctx, t, opt)
                 if _prepared_together(t, opt):
+                    _check_prepared_fsdp1(ctx, launch, opt)
                     continue
                 wraps = [w for w in t.after(opt, ("wrap1", "shard2")) if _replaces_params(a, w)]
                 if not wraps or t.after(wraps[0], ("optimizer",)):
@@ -222,6 +300,30 @@ class OptimizerBeforeWrap(Rule):
                     "train. Build the optimizer after wrapping, from the wrapped model's parameters.",
                     fix=_move_fix(ctx, opt, [x for x in wraps if x.step.prefix == opt.step.prefix]),
                 )
+
+
+def _check_prepared_fsdp1(ctx, launch, opt) -> None:
+    """`model, optimizer = accelerator.prepare(model, optimizer)` under an FSDP1 launch with
+    `use_orig_params: false`: accelerate >= 0.25 no longer rebuilds the optimizer (accelerate#2177 removed
+    `_prepare_fsdp`), so it keeps the pre-wrap parameters."""
+    if launch is None or launch.fsdp_version != 1:
+        return
+    setting = launch.get("use_orig_params")
+    if setting is None or str(setting.value).strip().lower() not in ("false", "0", "no"):
+        return
+    av = ctx.version("accelerate")
+    if av < ACCELERATE_DROPPED_FSDP_REBUILD:
+        return
+    where = f" (line {setting.line} of {setting.filename})" if setting.filename else ""
+    ctx.report(
+        opt.node,
+        "The optimizer is built from the model's parameters before accelerator.prepare wraps the model with FSDP1 "
+        f"and use_orig_params=False{where}: FSDP1 then replaces those parameters with flattened FlatParameters, "
+        f"and {av.describe()} passes the optimizer through unchanged (accelerate stopped rebuilding it in 0.25.0), "
+        "so optimizer.step() updates stale tensors and the loss does not move (accelerate#2665, #3256). Set "
+        "fsdp_use_orig_params: true, or prepare the model first and build the optimizer from the prepared "
+        "model's parameters.",
+    )
 
 
 def _check_separate_prepare(ctx, t, opt) -> None:

@@ -65,6 +65,55 @@ def test_bad_input_matrix(tmp_path, name):
         assert got[0]["location"]["row"] == line
 
 
+def _zip_bytes() -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00." * 50)
+    return buf.getvalue()
+
+
+def _safetensors_bytes() -> bytes:
+    header = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    return len(header).to_bytes(8, "little") + header + b"\x00\x00\x80?"
+
+
+# A non-text file is named for what it is, not as a "bad encoding declaration".
+WHAT_IT_IS = {
+    "utf16_bom.py": (("import peft\n" + "x = 1\n" * 5).encode("utf-16"), "UTF-16 LE text (byte-order mark FF FE)"),
+    "utf16_be_bom.py": (b"\xfe\xff" + "import peft\n".encode("utf-16-be"), "UTF-16 BE text (byte-order mark FE FF)"),
+    "utf16_no_bom.py": (("import peft\n" + "x = 1\n" * 5).encode("utf-16-le"), "UTF-16 LE text without a byte-order mark"),
+    "utf32_bom.py": ("import peft\n".encode("utf-32"), "UTF-32 LE text"),
+    "checkpoint.py": (_zip_bytes(), "a ZIP archive (a torch.save checkpoint"),
+    "legacy_pickle.py": (b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01K\x01u.", "a Python pickle"),
+    "weights.py": (_safetensors_bytes(), "a safetensors file"),
+    "random.py": (bytes(range(256)) * 4, "binary data (NUL bytes"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHAT_IT_IS))
+def test_non_text_file_says_what_it_is(tmp_path, name):
+    data, what = WHAT_IT_IS[name]
+    p = tmp_path / name
+    p.write_bytes(data)
+    r = lint(str(p))
+    (f,) = findings(r)
+    assert r.exit_code == 1
+    assert f["code"] == "FSDP903" and f["filename"].endswith(name)
+    assert what in f["message"] and "encoding declaration" not in f["message"], f["message"]
+    assert "\n" not in f["message"] and f["location"]["row"] == 1
+
+
+def test_text_with_a_stray_nul_is_still_a_syntax_error(tmp_path):
+    """One NUL in otherwise UTF-8 code is a broken source file (FSDP900), not a binary one."""
+    p = tmp_path / "stray.py"
+    p.write_bytes(b"import peft\nx = 'caf\xc3\xa9'\x00\n")
+    (f,) = findings(lint(str(p)))
+    assert f["code"] == "FSDP900"
+
+
 def test_one_bad_file_does_not_stop_the_others(tmp_path):
     (tmp_path / "a_bad.py").write_bytes(b"import peft\ndef f(:\n")
     (tmp_path / "b_binary.py").write_bytes(bytes(range(256)))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,64 @@ def test_cli_sarif_output_validates(validator, tmp_path, monkeypatch):
     assert result["ruleId"] == "FSDP101"
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.py"
     assert result["fixes"]
+
+
+# RFC 3986 relative-ref (what `"format": "uri-reference"` means for a relative path): unreserved, sub-delims,
+# ":" and "@" and valid %XX escapes only, and no ":" before the first "/" (it would read as a scheme).
+_PCHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})"
+_PCHAR_NC = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|%[0-9A-Fa-f]{2})"  # no colon: the first segment
+_RELATIVE_REF = re.compile(rf"(?:{_PCHAR_NC}+)?(?:/{_PCHAR}*)*")
+
+
+def _uri_reference_ok(value) -> bool:
+    if not isinstance(value, str):
+        return True
+    if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:", value):  # absolute (file:///...)
+        return value.startswith("file:///") and re.fullmatch(rf"file://(?:/{_PCHAR}*)+", value) is not None
+    return _RELATIVE_REF.fullmatch(value) is not None
+
+
+@pytest.fixture(scope="module")
+def strict_validator():
+    if not SCHEMA.is_file():
+        pytest.skip(f"the SARIF 2.1.0 schema is not available next to the repository ({SCHEMA.name})")
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    checker = jsonschema.FormatChecker()
+    checker.checks("uri-reference")(_uri_reference_ok)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=checker)
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("my scripts/train lora.py", "my%20scripts/train%20lora.py"),
+    ("runs/a,b/train.py", "runs/a%2Cb/train.py"),
+    ("exp:1/train.py", "exp%3A1/train.py"),
+    ("100%/train.py", "100%25/train.py"),
+    ("src/train#2.py", "src/train%232.py"),
+])
+def test_uris_are_percent_encoded_relative_references(strict_validator, name, expected):
+    log = sarif([finding(filename=name), dataclasses.replace(FIXED, filename=name)])
+    results = log["runs"][0]["results"]
+    assert results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == expected
+    assert results[1]["fixes"][0]["artifactChanges"][0]["artifactLocation"]["uri"] == expected
+    errors = [f"{list(e.path)}: {e.message}" for e in strict_validator.iter_errors(log)]
+    assert not errors, errors
+
+
+def test_strict_validator_rejects_an_unencoded_uri(strict_validator):
+    """Guards the format check itself: the URIs fsdplint wrote before percent-encoding fail it."""
+    log = sarif([finding()])
+    for raw in ("my scripts/train.py", "exp:1/train.py", "100%/train.py"):
+        log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] = raw
+        assert list(strict_validator.iter_errors(log)), raw
+
+
+def test_absolute_path_outside_the_working_directory_is_a_file_uri(strict_validator, tmp_path, monkeypatch):
+    other = tmp_path / "work dir"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    log = sarif([finding(filename=str(tmp_path / "elsewhere, 1" / "train.py"))])
+    uri = log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri.startswith("file:///") and " " not in uri and "%2C%201/train.py" in uri
+    assert not list(strict_validator.iter_errors(log))

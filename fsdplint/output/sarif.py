@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 import fsdplint
 from fsdplint.findings import DOCS_URL, Severity
@@ -20,14 +21,16 @@ _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "
 
 
 def _uri(filename: str) -> str:
-    """A repo-relative POSIX URI (relative to the working directory) where possible."""
+    """A repo-relative URI (relative to the working directory) where possible, percent-encoded as RFC 3986
+    requires of a relative reference: a space, `%`, `#`, `?` or a colon in the first segment would otherwise make
+    the `uri-reference` invalid and code scanning rejects the upload."""
     path = Path(filename)
     if path.is_absolute():
         try:
             path = path.relative_to(Path.cwd())
         except ValueError:
             return path.as_uri()
-    return Path(os.path.normpath(path)).as_posix()
+    return quote(Path(os.path.normpath(path)).as_posix(), safe="/")
 
 
 def _rule_descriptor(rule) -> dict:
