@@ -24,19 +24,32 @@ def _is_test(scope: Scope) -> bool:
 
 
 class ScriptAnalysis(Values, Paths, Builder):
-    def __init__(self, module: cst.Module, collector: Optional[Collector] = None) -> None:
+    _dead: Any = frozenset()
+    def __init__(self, module: cst.Module, collector: Optional[Collector] = None, env: Any = None) -> None:
         self.module = module
         self.c = collector or collect(module)
         self.resolver = self.c.resolver
         self.timelines: list[Timeline] = []
+        # Parsed command-line arguments' values (fsdplint.arguments.ArgEnv): code they rule out is left out.
+        self.env = env
+        self._dead: set[int] = self._dead_items() if env is not None else set()
         self._build()
 
     # -- facts over the whole file -------------------------------------------------
     def calls(self, *apis: str) -> list[Call]:
-        return [c for c in self.c.calls if c.api in apis]
+        return [c for c in self.c.calls if c.api in apis and id(c) not in self._dead]
 
     def method_calls(self, *methods: str) -> list[Call]:
-        return [c for c in self.c.calls if c.method in methods]
+        return [c for c in self.c.calls if c.method in methods and id(c) not in self._dead]
+
+    def _dead_items(self) -> set[int]:
+        """Ids of the calls and assignments that only run in branches the known argument values rule out."""
+        out = set()
+        for s in self.c.scopes:
+            for item in (*s.calls, *s.attr_sets, *s.dict_sets):
+                if item.guards and self.dead(item):
+                    out.add(id(item))
+        return out
 
     @cached_property
     def uses_fsdp1(self) -> bool:
