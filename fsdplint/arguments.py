@@ -549,7 +549,7 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
             for g in defs.groups:
                 for name, v in values[id(g)].items():
                     if v.origin is None or v.origin.what == "default":
-                        values[id(g)][name] = ArgValue(tuple(dict.fromkeys(v.values + (UNKNOWN,))), v.origin)
+                        values[id(g)][name] = ArgValue(v.values + (UNKNOWN,) if UNKNOWN not in v.values else v.values, v.origin)
     for var, g in defs.namespaces.items():
         env.names[var] = values[id(g)]
     for g in defs.groups:

@@ -220,7 +220,11 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             for cmd in launch_cmds:
                 got = launches_from_command(cmd)
                 if not got:
-                    raise UsageError(f"--launch {cmd!r}: no Python script or module launched there")
+                    from fsdplint.launchers import parse_launches
+
+                    why = ("it launches a deepspeed job, not FSDP" if parse_launches(cmd, "--launch")
+                           else "no Python script or module is launched there")
+                    raise UsageError(f"--launch {cmd!r}: {why}")
                 launches.extend(got)
             settings.options["launches"] = launches
         if accelerate_config:

@@ -9,9 +9,10 @@ The reader is a small POSIX-shell word reader, not a full shell: it splits comma
 assigned earlier in the script (`${VAR:-default}`, `"${ARR[@]}"`) and marks what it cannot know
 (`$(...)`, unset variables, `"$@"`) instead of guessing. Control structures are read straight through
 (every branch's commands are kept; a variable assigned in a branch keeps its last assignment).
-bashlex was considered: it gives a parse tree but expands nothing, rejects constructs common in
-launch scripts (arrays, `[[ ]]` in places) with an exception, and would be a new dependency; the
-words and variables are what matter here, so they are read directly.
+bashlex (0.18) was considered: it gives a parse tree but expands nothing, and on launch-script
+constructs it raises instead (arrays `ARGS=(...)`: ParsingError; `[[ ... ]]`: ParsingError; `case`
+and `$((...))`: NotImplementedError), its import alone costs more than a lint of one file, and it
+would be a new dependency. The words and variables are what matter here, so they are read directly.
 """
 
 from __future__ import annotations
@@ -802,5 +803,5 @@ def launches_for(script: Path) -> list[Launch]:
 
 
 def launches_from_command(cmd: str) -> list[Launch]:
-    """Launches of a `--launch "CMD"` given on the command line."""
+    """Launches of a `--launch "CMD"` given on the command line (deepspeed jobs left out)."""
     return [l for l in parse_launches(cmd, "--launch") if l.is_fsdp_capable]

@@ -99,8 +99,6 @@ def branch_notes(ctx) -> Optional[Callable[[int], tuple[bool, str]]]:
         return None
     import libcst as cst
 
-    from fsdplint.analysis import UNKNOWN
-
     pos = ctx.positions
     spans = []
     for node, test, truth in conds:
@@ -108,11 +106,11 @@ def branch_notes(ctx) -> Optional[Callable[[int], tuple[bool, str]]]:
         comparison = isinstance(node.test, (cst.Comparison, cst.BooleanOperation))
         b0, b1 = pos.range(node.body)
         holds = (f"when {test}" if comparison else f"when {test} is true") + f", line {if_line}"
-        spans.append((b0.row, b1.row, True not in truth and UNKNOWN not in truth, holds))
+        spans.append((b0.row, b1.row, True not in truth, holds))
         if node.orelse is not None:
             o0, o1 = pos.range(node.orelse)
             fails = (f"when not ({test})" if comparison else f"when {test} is false") + f", line {if_line}"
-            spans.append((o0.row, o1.row, False not in truth and UNKNOWN not in truth, fails))
+            spans.append((o0.row, o1.row, False not in truth, fails))
 
     def note(row: int) -> tuple[bool, str]:
         inside = [s for s in spans if s[0] <= row <= s[1]]

@@ -44,8 +44,13 @@ class Values:
             bound = self.binding(expr.value, scope)
             if bound is not None:
                 return self.value(bound, scope, depth + 1)
+            if self._assigned_more_than_once(expr.value, scope):
+                # `q = None` / `if args.quantize: q = ...`: one value when every path agrees.
+                return _single(self.values(expr, scope, depth + 1))
             q = self.resolver.qualify(expr)
             return QName(q) if q else UNKNOWN
+        if isinstance(expr, cst.IfExp):
+            return _single(self.values(expr, scope, depth + 1))
         if isinstance(expr, cst.Attribute):
             if self.env is not None:
                 hit = self.env.lookup(dotted(expr))
@@ -196,6 +201,15 @@ class Values:
                 out |= self.values(arg, c.scope, depth + 1)
         return _capped(out)
 
+    def _assigned_more_than_once(self, name: str, scope: Optional[Scope]) -> bool:
+        for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+            vals = s.assigns.get(name)
+            if vals:
+                return len(vals) > 1
+            if s is not self.c.module_scope and name in s.params:
+                return False
+        return False
+
     def _assigned_attr(self, d: Optional[str]) -> bool:
         """`args.x = ...` somewhere in the file: the parsed value may not be the one the code reads."""
         return d is not None and any(a.target == d for s in self.c.scopes for a in s.attr_sets)
@@ -205,13 +219,38 @@ class Values:
     def _guard_truth(self) -> dict:
         return {}
 
-    def test_truth(self, if_node: cst.CSTNode, scope: Optional[Scope]) -> frozenset:
+    def test_truth(self, if_node: cst.CSTNode, scope: Optional[Scope]) -> Optional[frozenset]:
+        """The truth values of an `if`/conditional expression test that reads a parsed argument; None
+        for other tests. A branch runs only on a value the test can take with the known values: an
+        unknown value (UNKNOWN) does not make a branch reachable."""
         cache = self._guard_truth
         key = id(if_node)
         if key not in cache:
             test = getattr(if_node, "test", None)
-            cache[key] = self.truth(test, scope) if test is not None and self._mentions_env(test) else frozenset({UNKNOWN})
+            t = self.truth(test, scope) if test is not None and self._mentions_env(test) else None
+            if t is not None and UNKNOWN in t and not self._arguments_only(test):
+                t = None  # also reads run-time values (`step % args.every == 0`): not decided by the arguments
+            cache[key] = t
         return cache[key]
+
+    def _arguments_only(self, test: cst.BaseExpression) -> bool:
+        """The test reads only parsed arguments (and names bound to them) and constants."""
+        prefixes = tuple(f"{ns}." for ns in self.env.names)
+        stack = [test]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, cst.Attribute):
+                d = dotted(n)
+                if d is None or not d.startswith(prefixes) or d.count(".") != 1:
+                    return False
+            elif isinstance(n, cst.Name):
+                if n.value not in ("True", "False", "None") and n.value not in self._env_locals:
+                    return False
+            elif isinstance(n, (cst.Call, cst.Subscript, cst.Lambda, cst.Await, cst.NamedExpr)):
+                return False
+            else:
+                stack.extend(n.children)
+        return True
 
     def _mentions_env(self, test: cst.BaseExpression) -> bool:
         env = self.env
@@ -241,7 +280,7 @@ class Values:
         if guard.branch is None or self.env is None:
             return False
         t = self.test_truth(guard.node, scope)
-        if UNKNOWN in t:
+        if t is None:
             return False
         return (True not in t) if guard.branch == "body" else (False not in t)
 
@@ -253,7 +292,7 @@ class Values:
             if g.branch is None and isinstance(g.node, cst.IfExp):
                 node = item.node if hasattr(item, "node") else item.value
                 t = self.test_truth(g.node, item.scope)
-                if UNKNOWN in t:
+                if t is None:
                     continue
                 if (True not in t and _contains(g.node.body, node)) or (False not in t and _contains(g.node.orelse, node)):
                     return True
@@ -303,12 +342,12 @@ class Values:
                     continue
                 t = self._truth_at(node)
                 want = branch == "body"
-                if UNKNOWN in t:
+                if t is None:
                     states.append(UNKNOWN)
                 elif want not in t:
                     states.append(None)  # this branch cannot run
                 else:
-                    states.append(True if len(t) == 1 else UNKNOWN)
+                    states.append(True if t == {want} else UNKNOWN)
             if None in states:
                 continue
             if states and all(x is True for x in states):
@@ -317,7 +356,7 @@ class Values:
                 live.append((seq, v))
         return live
 
-    def _truth_at(self, if_node) -> frozenset:
+    def _truth_at(self, if_node) -> Optional[frozenset]:
         scope = self._scope_of_if.get(id(if_node))
         return self.test_truth(if_node, scope)
 
@@ -341,10 +380,10 @@ class Values:
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            test = getattr(node, "test", None)
-            if test is None or not self._mentions_env(test):
+            t = self._truth_at(node)
+            if t is None:
                 continue
-            out.append((node, self.code(test).strip(), self._truth_at(node)))
+            out.append((node, self.code(node.test).strip(), t))
         return out
 
     @cached_property
@@ -513,3 +552,10 @@ def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
             return True
         stack.extend(n.children)
     return False
+
+
+def _single(values: frozenset) -> Any:
+    if len(values) == 1:
+        (v,) = values
+        return v
+    return UNKNOWN
