@@ -34,14 +34,20 @@ LIBRARY_CLASSES = {
     "trl.GRPOConfig": ("trl", "trainer/grpo_config.py", "GRPOConfig"),
     "trl.ModelConfig": ("trl", "trainer/model_config.py", "ModelConfig"),
     "trl.ScriptArguments": ("trl", "scripts/utils.py", "ScriptArguments"),
+    "alignment.ModelArguments": ("alignment", "configs.py", "ModelArguments"),
+    "alignment.SFTConfig": ("alignment", "configs.py", "SFTConfig"),
+    "alignment.DPOConfig": ("alignment", "configs.py", "DPOConfig"),
 }
 _ALIASES = {"transformers.training_args.TrainingArguments": "transformers.TrainingArguments",
             "trl.trainer.SFTConfig": "trl.SFTConfig", "trl.trainer.sft_config.SFTConfig": "trl.SFTConfig",
             "trl.trainer.ModelConfig": "trl.ModelConfig", "trl.trainer.model_config.ModelConfig": "trl.ModelConfig",
             "trl.scripts.utils.ScriptArguments": "trl.ScriptArguments", "trl.TrlParser": "trl.TrlParser",
-            "alignment.ModelArguments": "trl.ModelConfig"}
+            "alignment.configs.ModelArguments": "alignment.ModelArguments",
+            "alignment.configs.SFTConfig": "alignment.SFTConfig", "alignment.configs.DPOConfig": "alignment.DPOConfig"}
 # Used when the library's source is not installed: the fields the rules read, with their types and
-# defaults (transformers 5.24 training_args.py; trl 1.10 trainer/model_config.py, trainer/base_config.py).
+# defaults, as of the versions in SHIPPED_VERSIONS (transformers training_args.py; trl trainer/model_config.py,
+# trainer/base_config.py, scripts/utils.py; alignment-handbook src/alignment/configs.py).
+SHIPPED_VERSIONS = {"transformers": "5.24.0", "trl": "1.10.0.dev0", "alignment-handbook": "0.4.0.dev0"}
 _TRAINING = {
     "output_dir": ("str", None), "fsdp": ("str", None), "fsdp_config": ("str", None),
     "gradient_checkpointing": ("bool", None), "gradient_checkpointing_kwargs": ("str", None),
@@ -69,9 +75,18 @@ SHIPPED = {
         "dataset_name": ("str", None), "dataset_config": ("str", None), "dataset_train_split": ("str", "train"),
         "dataset_test_split": ("str", "test"), "dataset_streaming": ("bool", False),
     },
+    "alignment.ModelArguments": {
+        "model_name_or_path": ("str", None), "model_revision": ("str", "main"), "torch_dtype": ("str", None),
+        "trust_remote_code": ("bool", False), "use_flash_attention_2": ("bool", False), "use_peft": ("bool", False),
+        "lora_r": ("int", 16), "lora_alpha": ("int", 32), "lora_dropout": ("float", 0.05),
+        "lora_target_modules": ("list", None), "lora_modules_to_save": ("list", None),
+        "load_in_8bit": ("bool", False), "load_in_4bit": ("bool", False), "bnb_4bit_quant_type": ("str", "nf4"),
+        "use_bnb_nested_quant": ("bool", False),
+    },
+    "alignment.SFTConfig": _TRAINING, "alignment.DPOConfig": _TRAINING,
 }
 TRAINING_FAMILY = {"transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments", "trl.SFTConfig",
-                   "trl.DPOConfig", "trl.GRPOConfig"}
+                   "trl.DPOConfig", "trl.GRPOConfig", "alignment.SFTConfig", "alignment.DPOConfig"}
 
 
 @dataclass
@@ -102,6 +117,7 @@ class Definitions:
     namespaces: dict[str, Group] = field(default_factory=dict)  # variable name -> its group
     config_flag: bool = False  # TrlParser.parse_args_and_config: `--config recipe.yaml`
     file_arg: bool = False  # parse_yaml_file/parse_json_file/H4 parse: the first argument may be a recipe
+    recipe: Optional[str] = None  # `parse_yaml_file("recipe.yaml")` with the path written in the script
 
 
 @dataclass(frozen=True)
@@ -200,12 +216,23 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
                         defs.namespaces[name] = argparse_group
         elif m in _PARSE_METHODS or (m in ("parse_args", "parse_known_args") and receiver in parser_vars):
             groups = parser_vars.get(receiver or "")
+            inner = call.func.value if isinstance(call.func, ast.Attribute) else None
+            if groups is None and isinstance(inner, ast.Call) and (_name(inner.func) or "").split(".")[-1] in _PARSERS \
+                    and inner.args:
+                # `HfArgumentParser(Args).parse_json_file(...)`
+                types = inner.args[0].elts if isinstance(inner.args[0], (ast.Tuple, ast.List)) else [inner.args[0]]
+                groups = [_dataclass_group(t, classes, imports, use_installed) for t in types]
+                defs.groups.extend(g for g in groups if g is not None)
             if groups is None:
                 continue
             if m == "parse_args_and_config":
                 defs.config_flag = True
             if m in ("parse_yaml_file", "parse_json_file", "parse"):
-                defs.file_arg = True
+                path = call.args[0] if call.args else None
+                if isinstance(path, ast.Constant) and isinstance(path.value, str):
+                    defs.recipe = path.value
+                else:
+                    defs.file_arg = True
             for t in node.targets:
                 names = [e.id if isinstance(e, ast.Name) else None for e in t.elts] if isinstance(t, (ast.Tuple, ast.List)) \
                     else [t.id if isinstance(t, ast.Name) else None]
@@ -542,6 +569,8 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
                     break
         elif defs.file_arg and words and words[0].text.endswith((".yaml", ".yml", ".json")):
             recipe = words.pop(0)
+        if recipe is None and defs.recipe is not None:
+            recipe = _word(defs.recipe)
         if recipe is not None:
             _apply_recipe(defs, values, recipe, base_dirs, env)
         _apply_words(defs, values, words, launch)
@@ -550,6 +579,8 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
                 for name, v in values[id(g)].items():
                     if v.origin is None or v.origin.what == "default":
                         values[id(g)][name] = ArgValue(v.values + (UNKNOWN,) if UNKNOWN not in v.values else v.values, v.origin)
+    elif defs.recipe is not None:
+        _apply_recipe(defs, values, _word(defs.recipe), base_dirs, env)
     for var, g in defs.namespaces.items():
         env.names[var] = values[id(g)]
     for g in defs.groups:
@@ -558,6 +589,12 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
                 if v.origin is not None and v.origin.what != "default":
                     env.training.append((name, v))
     return env
+
+
+def _word(text: str):
+    from fsdplint.launchers import Word
+
+    return Word(text, 0)
 
 
 def _owner(defs: Definitions, opt: str) -> Optional[tuple[Group, Field, Optional[bool]]]:

@@ -705,6 +705,7 @@ _MAX_SHELL_BYTES = 512 * 1024
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _PARSED: dict[tuple, list[Launch]] = {}
 _FILES: dict[str, list[Path]] = {}
+_TEXTS: dict[tuple, str] = {}
 
 
 def project_root(script: Path) -> Path:
@@ -720,8 +721,13 @@ def project_root(script: Path) -> Path:
     return start
 
 
-def shell_files(root: Path) -> list[Path]:
-    key = str(root)
+def _has_marker(d: Path) -> bool:
+    return any((d / m).exists() for m in _ROOT_MARKERS)
+
+
+def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
+    """Shell scripts under `root` (`max_depth` directory levels down), cached per process."""
+    key = f"{root}\0{max_depth}"
     hit = _FILES.get(key)
     if hit is not None:
         return hit
@@ -729,7 +735,7 @@ def shell_files(root: Path) -> list[Path]:
     base_depth = len(root.parts)
     for dirpath, dirs, names in os.walk(root):
         depth = len(Path(dirpath).parts) - base_depth
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".") and depth < 4)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".") and depth < max_depth)
         for n in sorted(names):
             if n.endswith(_SHELL_SUFFIXES):
                 found.append(Path(dirpath) / n)
@@ -784,11 +790,20 @@ def launches_for(script: Path) -> list[Launch]:
         return []
     needle = script.stem if script.name != "__main__.py" else script.parent.name
     out = []
-    for sh in shell_files(root):
+    # Outside a project (no pyproject.toml/setup.py/.git above): the script's own directory only.
+    for sh in shell_files(root, 4 if _has_marker(root) else 0):
         try:
-            if needle not in sh.read_text(encoding="utf-8", errors="replace"):
-                continue
+            st = sh.stat()
         except OSError:
+            continue
+        tkey = (str(sh), st.st_mtime_ns, st.st_size)
+        text = _TEXTS.get(tkey)
+        if text is None:
+            try:
+                text = _TEXTS[tkey] = sh.read_text(encoding="utf-8", errors="replace")[:_MAX_SHELL_BYTES]
+            except OSError:
+                continue
+        if needle not in text:
             continue
         try:
             display = os.path.relpath(sh)

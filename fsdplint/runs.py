@@ -80,6 +80,7 @@ def merge(runs: list[Run], defaults: list[Finding], per_run: list[list[Finding]]
         f, labels = by_key[k]
         if not (k in base and labels == every):
             launched = f"when launched by {', '.join(labels)}"
+            f.notes["launched by"] = ", ".join(labels)
             head, sep, last = f.message.rpartition(" (when ")
             if sep and last.endswith(")") and "(" not in last:
                 f.message = f"{head} (when {last[:-1]}; {launched})"

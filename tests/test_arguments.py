@@ -142,3 +142,32 @@ def test_parse_yaml_file_first_argument(tmp_path):
 
 def test_no_parser_no_definitions():
     assert parse_definitions("import torch\nx = 1\n") is None
+
+
+def test_recipe_path_written_in_the_script(tmp_path):
+    (tmp_path / "args.json").write_text('{\n  "load_in_4bit": true\n}\n')
+    src = """
+    from transformers import HfArgumentParser
+    from dataclasses import dataclass
+
+    @dataclass
+    class Args:
+        load_in_4bit: bool = False
+
+    (args,) = HfArgumentParser(Args).parse_json_file("args.json")
+    """
+    env = _env(src, dirs=[tmp_path])
+    assert _v(env, "args.load_in_4bit") == (True,)
+    assert env.lookup("args.load_in_4bit").origin.line == 2
+
+
+def test_alignment_handbook_layout(tmp_path):
+    (tmp_path / "recipe.yaml").write_text("load_in_4bit: true\nuse_peft: true\ngradient_checkpointing: true\n")
+    src = """
+    from alignment import H4ArgumentParser, ModelArguments, DataArguments, SFTConfig
+    parser = H4ArgumentParser((ModelArguments, DataArguments, SFTConfig))
+    model_args, data_args, training_args = parser.parse()
+    """
+    env = _env(src, "accelerate launch run_sft.py recipe.yaml --lora_r=64\n", dirs=[tmp_path], use_installed=False)
+    assert _v(env, "model_args.load_in_4bit") == (True,) and _v(env, "model_args.lora_r") == (64,)
+    assert _v(env, "training_args.gradient_checkpointing") == (True,)

@@ -207,3 +207,27 @@ def test_launch_option_errors_are_one_line():
                      ("deepspeed train.py", "it launches a deepspeed job, not FSDP")]:
         r = CliRunner().invoke(main, ["check", "--isolated", "--launch", cmd, "x.py"])
         assert r.exit_code == 2 and why in r.output and "Traceback" not in r.output
+
+
+def test_launches_and_library_dataclasses_import_no_heavy_library(tmp_path):
+    """Reading TrainingArguments' fields from the installed transformers source must not import it."""
+    import subprocess
+    import sys
+
+    script = _project(tmp_path, """\
+        from transformers import HfArgumentParser, TrainingArguments, BitsAndBytesConfig
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        parser = HfArgumentParser((TrainingArguments,))
+        (training_args,) = parser.parse_args_into_dataclasses()
+        if training_args.bf16:
+            model = FSDP(model)
+        """, {"run.sh": "torchrun train.py --bf16 --fsdp full_shard\n"})
+    probe = (
+        "import sys\nfrom fsdplint.cli import main\n"
+        f"try:\n    main(['--isolated', {str(script)!r}, '--output-format', 'json'])\n"
+        "except SystemExit:\n    pass\n"
+        "print('HEAVY:', sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'peft', 'transformers', 'accelerate', 'bitsandbytes', 'trl')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY: []" in out, out

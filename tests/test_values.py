@@ -87,3 +87,22 @@ def test_truth_of_argument_tests():
     # `--quantize` may come through "$@": unknown, so the conjunction may be true or unknown
     assert a.truth(test) == frozenset({True, UNKNOWN})
     assert a.truth(cst.parse_expression("args.bits > 8")) == frozenset({False})
+
+
+def test_dataclass_defaults_and_keywords():
+    src = """
+    from dataclasses import dataclass, field
+    from transformers import BitsAndBytesConfig
+
+    @dataclass
+    class Config:
+        load_in_4bit: bool = True
+        storage: str = field(default="bfloat16")
+
+    cfg = Config(storage="uint8")
+    bnb = BitsAndBytesConfig(load_in_4bit=cfg.load_in_4bit, bnb_4bit_quant_storage=cfg.storage)
+    """
+    a = _analysis(src)
+    call, kw = _kw(a, "BitsAndBytesConfig", "load_in_4bit")
+    assert a.value(kw, call.scope) is True
+    assert a.value(a.keyword(call, "bnb_4bit_quant_storage"), call.scope) == "uint8"

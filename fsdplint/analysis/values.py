@@ -63,6 +63,9 @@ class Values:
             bound = self.binding(d, scope) if d else None
             if bound is not None:
                 return self.value(bound, scope, depth + 1)
+            field = self._dataclass_field(expr, scope)
+            if field is not None:
+                return self.value(field[0], field[1], depth + 1)
             return UNKNOWN
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
             out = [self.value(e.value, scope, depth + 1) for e in expr.elements if not isinstance(e, cst.StarredElement)]
@@ -200,6 +203,46 @@ class Values:
             else:
                 out |= self.values(arg, c.scope, depth + 1)
         return _capped(out)
+
+    @cached_property
+    def _dataclasses(self) -> dict:
+        """Top-level `@dataclass` classes of the file: name -> {field: default expression}."""
+        out = {}
+        for stmt in self.module.body:
+            if not isinstance(stmt, cst.ClassDef):
+                continue
+            if not any((dotted(d.decorator if not isinstance(d.decorator, cst.Call) else d.decorator.func) or "")
+                       .rsplit(".", 1)[-1] == "dataclass" for d in stmt.decorators):
+                continue
+            fields = {}
+            for line in stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []:
+                for small in getattr(line, "body", []) if isinstance(line, cst.SimpleStatementLine) else []:
+                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                        v = small.value
+                        if isinstance(v, cst.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1] == "field":
+                            v = next((a.value for a in v.args if a.keyword is not None and a.keyword.value == "default"), None)
+                        fields[small.target.value] = v
+            out[stmt.name.value] = fields
+        return out
+
+    def _dataclass_field(self, expr: cst.Attribute, scope: Optional[Scope]):
+        """`cfg.load_in_4bit` with `cfg = Config(...)` of a dataclass of this file: (the keyword passed,
+        else the field's default; the scope to read it in)."""
+        if not isinstance(expr.value, cst.Name) or not self._dataclasses:
+            return None
+        built = self.binding(expr.value.value, scope)
+        if not isinstance(built, cst.Call) or not isinstance(built.func, cst.Name):
+            return None
+        fields = self._dataclasses.get(built.func.value)
+        if fields is None or expr.attr.value not in fields or self._assigned_attr(dotted(expr)):
+            return None
+        if any(a.star for a in built.args) or any(a.keyword is None for a in built.args):
+            return None
+        for a in built.args:
+            if a.keyword.value == expr.attr.value:
+                return a.value, scope
+        default = fields[expr.attr.value]
+        return (default, self.c.module_scope) if default is not None else None
 
     def _assigned_more_than_once(self, name: str, scope: Optional[Scope]) -> bool:
         for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
