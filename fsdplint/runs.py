@@ -65,6 +65,7 @@ def merge(runs: list[Run], defaults: list[Finding], per_run: list[list[Finding]]
     base = {key(f) for f in defaults}
     order: list[tuple] = []
     by_key: dict[tuple, tuple[Finding, list[str]]] = {}
+    by_label = {r.label: r for r in runs}
     for run, findings in zip(runs, per_run):
         for f in findings:
             k = key(f)
@@ -81,6 +82,12 @@ def merge(runs: list[Run], defaults: list[Finding], per_run: list[list[Finding]]
         if not (k in base and labels == every):
             launched = f"when launched by {', '.join(labels)}"
             f.notes["launched by"] = ", ".join(labels)
+            for label in labels:
+                launch = by_label[label].launch
+                if launch.file != f.filename or launch.line != f.start.row:
+                    lines = launch.text.splitlines()
+                    line = lines[launch.line - 1] if 0 < launch.line <= len(lines) else ""
+                    f.related.append((launch.file, launch.line, "the launch that leads to this finding", line))
             head, sep, last = f.message.rpartition(" (when ")
             if sep and last.endswith(")") and "(" not in last:
                 f.message = f"{head} (when {last[:-1]}; {launched})"

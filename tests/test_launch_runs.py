@@ -231,3 +231,23 @@ def test_launches_and_library_dataclasses_import_no_heavy_library(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "HEAVY: []" in out, out
+
+
+def test_the_launch_is_the_other_half_sarif_related_locations_and_full_text():
+    script = str(LAUNCH / "qlora_argparse" / "train_qlora.py")
+    r = CliRunner().invoke(main, ["check", "--isolated", "--exit-zero", "--output-format", "sarif", *TARGETS, script])
+    results = {res["ruleId"]: res for res in json.loads(r.stdout)["runs"][0]["results"]}
+    (rel,) = results["FSDP201"]["relatedLocations"]
+    assert rel["physicalLocation"]["artifactLocation"]["uri"].endswith("sft_qlora_fsdp2.sh")
+    assert rel["physicalLocation"]["region"]["startLine"] == 3
+    assert results["FSDP201"]["properties"]["notes"]["launched by"].endswith("sft_qlora_fsdp2.sh:3")
+    schema = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
+    if schema.is_file():
+        jsonschema = pytest.importorskip("jsonschema")
+        spec = json.loads(schema.read_text(encoding="utf-8"))
+        errors = list(jsonschema.validators.validator_for(spec)(spec).iter_errors(json.loads(r.stdout)))
+        assert not errors, [e.message for e in errors]
+    full = CliRunner().invoke(main, ["check", "--isolated", "--exit-zero", "--output-format", "full", *TARGETS,
+                                     script]).stdout
+    assert "note: the launch that leads to this finding: " in full
+    assert "accelerate launch --use_fsdp --fsdp_version 2 \\" in full
