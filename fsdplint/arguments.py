@@ -173,19 +173,21 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    imports = _imports(tree)
-    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    nodes = list(ast.walk(tree))  # one walk; the passes below filter it
+    imports = _imports(nodes)
+    classes = {n.name: n for n in nodes if isinstance(n, ast.ClassDef)}
     defs = Definitions()
     argparse_group = Group("argparse")
     parser_vars: dict[str, list[Group]] = {}
+    functions = [n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     returns_parse: set[str] = set()
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for r in ast.walk(fn):
-                if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and _method(r.value) in (
-                        {"parse_args", "parse_known_args"} | _PARSE_METHODS):
-                    returns_parse.add(fn.name)
-    for node in ast.walk(tree):
+    for r in nodes:
+        if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and _method(r.value) in (
+                {"parse_args", "parse_known_args"} | _PARSE_METHODS):
+            around = [f for f in functions if f.lineno <= r.lineno <= (f.end_lineno or f.lineno)]
+            if around:
+                returns_parse.add(max(around, key=lambda f: f.lineno).name)
+    for node in nodes:
         if isinstance(node, ast.Call) and _method(node) == "add_argument":
             f = _argparse_field(node)
             if f is not None:
@@ -202,7 +204,7 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
                 defs.groups.extend(g for g in groups if g is not None)
     if argparse_group.fields:
         defs.groups.insert(0, argparse_group)
-    for node in ast.walk(tree):
+    for node in nodes:
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
             continue
         call = node.value
@@ -269,9 +271,9 @@ def _name(node: ast.AST) -> Optional[str]:
     return None
 
 
-def _imports(tree: ast.AST) -> dict[str, str]:
+def _imports(nodes) -> dict[str, str]:
     out = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for a in node.names:
                 out[a.asname or a.name] = f"{node.module}.{a.name}"

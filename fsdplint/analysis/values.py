@@ -299,9 +299,16 @@ class Values:
         env = self.env
         if env is None or not env.names:
             return False
-        code = self.code(test)
-        return any(f"{ns}." in code for ns in env.names) or any(
-            isinstance(n, cst.Name) and n.value in self._env_locals for n in _names_in(test))
+        names, local = env.names, self._env_locals
+        stack = [test]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value in names:
+                return True
+            if isinstance(n, cst.Name) and n.value in local:
+                return True
+            stack.extend(n.children)
+        return False
 
     @cached_property
     def _env_locals(self) -> set:
@@ -309,12 +316,16 @@ class Values:
         out = set()
         if self.env is None:
             return out
-        prefixes = tuple(f"{ns}." for ns in self.env.names)
+        names = self.env.names
+
+        def reads_argument(v) -> bool:
+            while isinstance(v, (cst.UnaryOperation, cst.Comparison, cst.BooleanOperation, cst.IfExp)):
+                v = v.expression if isinstance(v, cst.UnaryOperation) else v.left if not isinstance(v, cst.IfExp) else v.test
+            return isinstance(v, cst.Attribute) and isinstance(v.value, cst.Name) and v.value.value in names
+
         for s in self.c.scopes:
             for name, vals in s.assigns.items():
-                if "." not in name and any(isinstance(v, (cst.Attribute, cst.IfExp, cst.BooleanOperation, cst.UnaryOperation,
-                                                          cst.Comparison)) and self.code(v).strip().startswith(prefixes)
-                                           for _, v in vals):
+                if "." not in name and any(reads_argument(v) for _, v in vals):
                     out.add(name)
         return out
 
@@ -574,17 +585,6 @@ def _compare(op: cst.BaseCompOp, a: Any, b: Any) -> Any:
         return UNKNOWN
     return UNKNOWN
 
-
-def _names_in(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, cst.Name):
-            yield n
-        elif isinstance(n, cst.Attribute):
-            stack.append(n.value)
-        else:
-            stack.extend(n.children)
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
