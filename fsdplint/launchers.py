@@ -242,6 +242,7 @@ class _Lexer:
             j = self.i
             while j < len(s) and s[j] not in " \t\r\n;&|()<>'\"\\$`":
                 j += 1
+            j = max(j, self.i + 1)  # an operator character where a word goes (inside `( ... )`): keep it
             if cur and cur[-1][0] == "lit" and not cur[-1][2]:
                 cur[-1] = ("lit", cur[-1][1] + s[self.i:j], False)
             else:
@@ -759,7 +760,7 @@ def _read_launches(path: Path, display: str) -> list[Launch]:
         return []
     try:
         launches = parse_launches(text, display, str(path))
-    except (RecursionError, IndexError, ValueError):
+    except Exception:  # a shell file this reader cannot follow launches nothing it can tell
         launches = []
     _PARSED[key] = launches
     return launches

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fsdplint.launchers import launches_for, parse_launches, runs_script
 
@@ -149,3 +153,18 @@ def test_project_shell_scripts_are_found(tmp_path):
     (root / "scripts" / "ds.sh").write_text("deepspeed train.py\n")
     got = launches_for(root / "train.py")
     assert [(Path(l.file).name, l.line, l.launcher) for l in got] == [("run.sh", 2, "accelerate")]
+
+
+_SHELLISH = " \t\n\\'\"$`(){}[]<>|&;#=-@*:0123456789abcdefpythonaccelerate.py/"
+
+
+@settings(max_examples=int(os.environ.get("FSDPLINT_FUZZ_EXAMPLES", "200")), derandomize=True, deadline=None,
+          database=None)
+@given(st.text(alphabet=_SHELLISH, max_size=160), st.booleans())
+@example("a=(x;", False)  # an operator inside an array literal once read forever
+def test_any_text_reads_without_error_or_hang(text, as_launch):
+    if as_launch:
+        text = f"X=(a b)\naccelerate launch --use_fsdp {text} train.py {text}"
+    for launch in parse_launches(text, "run.sh"):
+        assert launch.script or launch.module
+        assert all(w.line >= 1 for w in launch.args)
