@@ -169,6 +169,9 @@ def main() -> None:
 @click.option("--show-internal-errors", is_flag=True, help="Print tracebacks of internal errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Verbose: also print tracebacks of internal errors.")
 @click.option("--accelerate-config", default=None, help="An accelerate config YAML the scripts are launched with.")
+@click.option("--launch", "launch_cmds", multiple=True,
+              help='A command that launches the scripts, e.g. "accelerate launch --use_fsdp train.py --load_in_4bit" '
+                   "(repeatable; replaces the launchers found in the project's shell scripts).")
 @click.option("--model", "model_config", default=None, help="A model config.json to audit with the script's LoRA/quantization/FSDP settings.")
 @click.option("--color/--no-color", default=None, help="Colour the report (default: on a terminal, unless NO_COLOR is set).")
 @click.option("-o", "--output-file", default=None, help="Write the report to this file instead of stdout.")
@@ -181,7 +184,7 @@ def main() -> None:
 def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_format, exit_zero, jobs,
           stdin_filename, target_version, torch_version, config_path, isolated, show_internal_errors, verbose,
           accelerate_config, model_config, color, output_file, baseline_path, write_baseline_path, add_noqa,
-          statistics, show_fixes, force_exclude) -> None:
+          statistics, show_fixes, force_exclude, launch_cmds=()) -> None:
     """Lint training scripts (files, directories, or `-` for stdin)."""
     from fsdplint.engine import Settings
 
@@ -210,6 +213,20 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             baseline = load_baseline(Path(baseline_path))
         if model_config:
             settings.options["model_config"] = model_config
+        if launch_cmds:
+            from fsdplint.launchers import launches_from_command
+
+            launches = []
+            for cmd in launch_cmds:
+                got = launches_from_command(cmd)
+                if not got:
+                    from fsdplint.launchers import parse_launches
+
+                    why = ("it launches a deepspeed job, not FSDP" if parse_launches(cmd, "--launch")
+                           else "no Python script or module is launched there")
+                    raise UsageError(f"--launch {cmd!r}: {why}")
+                launches.extend(got)
+            settings.options["launches"] = launches
         if accelerate_config:
             from fsdplint.launch import load_accelerate_config
 

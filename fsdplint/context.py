@@ -60,11 +60,34 @@ class LintContext:
 
         from fsdplint import launch as launch_mod
 
-        a = ScriptAnalysis(self.module)
+        run = self.options.get("run")
+        launch = run.launch if run is not None else None
+        env, dirs = None, ()
+        if "add_argument" in self.source or "Parser" in self.source:
+            from fsdplint import arguments
+            from fsdplint.runs import base_dirs
+
+            try:
+                defs = arguments.parse_definitions(self.source, self._use_installed)
+                if defs is not None:
+                    dirs = base_dirs(run, self.path)
+                    env = arguments.bind(defs, launch, dirs)
+            except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError):
+                env = None  # the arguments stay unknown: the analysis goes on without them
+        a = ScriptAnalysis(self.module, env=env)
         yaml_facts = self.options.get("launch")
+        if yaml_facts is None and launch is not None:
+            if not dirs:
+                from fsdplint.runs import base_dirs
+
+                dirs = base_dirs(run, self.path)
+            yaml_facts = launch_mod.from_launcher(launch, dirs)
         if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
             yaml_facts = launch_mod.find_accelerate_config(self.path)
         script_facts = launch_mod.from_script(a)
+        arg_facts = launch_mod.from_arguments(env, dirs) if env is not None else None
+        if arg_facts is not None:
+            script_facts = arg_facts.merged(script_facts) if script_facts is not None else arg_facts
         facts = yaml_facts.merged(script_facts) if (yaml_facts and script_facts) else (yaml_facts or script_facts)
         if facts is not None:
             a.launch = facts

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -21,6 +21,7 @@ from fsdplint.findings import Applicability, Finding, Position, Severity
 from fsdplint.fixes import apply_edits, to_fix
 from fsdplint.noqa import NoqaMap
 from fsdplint.registry import all_rules, rules_by_code
+from fsdplint.runs import branch_notes
 from fsdplint.source import SourceError, SourceFile, decode
 
 SYNTAX_ERROR = "FSDP900"
@@ -175,6 +176,15 @@ def lint_text(
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         return [_cpython_verdict(text, filename) or _finding(SYNTAX_ERROR, filename, f"cannot parse: {detail}")]
 
+    if "run" not in settings.options:
+        from fsdplint.runs import Run, merge, runs_for
+
+        runs = runs_for(path, filename, settings.options)
+        if runs:  # one lint per launch (and one under the script's defaults, to tell what a launch changes)
+            def under(run):
+                return lint_text(text, filename, replace(settings, options={**settings.options, "run": run}), path, fcfg)
+
+            return merge(runs, under(Run()), [under(r) for r in runs])
     ctx = LintContext(
         filename=filename,
         path=path,
@@ -210,12 +220,16 @@ def lint_text(
     if ctx.reports:
         pos = ctx.positions
         seen = set()
+        notes = branch_notes(ctx) if settings.options.get("run") is not None or "add_argument" in text or "Parser" in text else None
         for r in ctx.reports:
             start, end = pos.range(r.node)
             key = (r.rule.code, start)  # one finding per code and place, even if several causes
             if key in seen:
                 continue
             seen.add(key)
+            dead, note = notes(start.row) if notes is not None else (False, "")
+            if dead:
+                continue  # in a branch the known argument values rule out
             if noqa.suppresses(r.rule.code, (start.row, end.row)):
                 continue
             fix = None
@@ -229,7 +243,7 @@ def lint_text(
                     filename=filename,
                     start=start,
                     end=end,
-                    message=r.message,
+                    message=r.message + note,
                     fix=fix,
                     source_line=pos.line_text(start.row),
                 )
@@ -257,7 +271,7 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
             continue
         if st.filename not in texts:
             launch = getattr(ctx.analysis, "launch", None)
-            text = launch.text if launch is not None and launch.source == st.filename else ""
+            text = launch.text_of(st.filename) if launch is not None else ""
             texts[st.filename] = (text.splitlines(), NoqaMap(text))
         lines, noqa = texts[st.filename]
         if noqa.suppresses(r.rule.code, (st.line,)):

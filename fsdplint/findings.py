@@ -76,6 +76,9 @@ class Finding:
     source_line: str = ""
     # Extra facts a finding depends on, e.g. {"torch": "2.6 (from pyproject.toml)"}.
     notes: dict = field(default_factory=dict)
+    # The other half of a finding that spans files, e.g. the launch command that leads to it:
+    # (filename, row, message, source line) each; SARIF relatedLocations, a second location in `full` text.
+    related: list = field(default_factory=list)
 
     @property
     def url(self) -> str:

@@ -32,6 +32,7 @@ class Setting:
     filename: str
     line: int
     node: Any = None  # the script's cst node when the value is written in the script
+    via: str = ""  # "accelerate" (accelerate config or `accelerate launch` flags), "trainer" (TrainingArguments)
 
 
 @dataclass
@@ -41,6 +42,8 @@ class LaunchFacts:
     # Where the FSDP launch was declared (the YAML file or the script).
     source: Optional[str] = None
     text: str = ""  # YAML text, for source lines and noqa
+    # Other files settings point into (a launcher's shell script, a recipe, an fsdp_config JSON): name -> text.
+    texts: dict[str, str] = field(default_factory=dict)
 
     def get(self, key: str) -> Optional[Setting]:
         return self.settings.get(_norm(key))
@@ -55,11 +58,20 @@ class LaunchFacts:
 
     def merged(self, other: "LaunchFacts") -> "LaunchFacts":
         """`other` (the script) fills in what this (the YAML) leaves open."""
-        out = LaunchFacts(dict(other.settings), other.fsdp_version, other.source, other.text)
+        out = LaunchFacts(dict(other.settings), other.fsdp_version, other.source, other.text,
+                          {**other.texts, **self.texts})
         out.settings.update(self.settings)
         if self.fsdp_version is not None:
             out.fsdp_version, out.source, out.text = self.fsdp_version, self.source, self.text
+        if self.source and self.text:
+            out.texts.setdefault(self.source, self.text)
         return out
+
+    def text_of(self, filename: str) -> str:
+        """The text of a file a setting points into."""
+        if filename == self.source and self.text:
+            return self.text
+        return self.texts.get(filename, "")
 
 
 def _norm(key: str) -> str:
@@ -98,13 +110,13 @@ def parse_accelerate_config(text: str, filename: str) -> Optional[LaunchFacts]:
         if key == "fsdp_config" and isinstance(vnode, yaml.MappingNode):
             fsdp_section = vnode
         elif key in _TOP_KEYS:
-            facts.settings[key] = Setting(key, loader_value(vnode), filename, knode.start_mark.line + 1)
+            facts.settings[key] = Setting(key, loader_value(vnode), filename, knode.start_mark.line + 1, via="accelerate")
     if "distributed_type" not in facts.settings and fsdp_section is None:
         return None
     if fsdp_section is not None:
         for knode, vnode in fsdp_section.value:
             key = _norm(str(knode.value))
-            facts.settings[key] = Setting(key, loader_value(vnode), filename, knode.start_mark.line + 1)
+            facts.settings[key] = Setting(key, loader_value(vnode), filename, knode.start_mark.line + 1, via="accelerate")
     dist = str(facts.value("distributed_type", "")).upper()
     if dist == "FSDP" or (fsdp_section is not None and not dist):
         facts.fsdp_version = _version_of(facts.value("version", 1)) or 1
@@ -218,3 +230,105 @@ def _add_dict(facts: LaunchFacts, analysis, expr, scope) -> None:
             if a.keyword is not None:
                 key = _norm(a.keyword.value)
                 facts.settings[key] = Setting(key, analysis.value(a.value, scope), "", 0, a.value)
+
+
+# -- settings written on a launcher's command line ---------------------------------------
+def _flag_value(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def from_launcher(launch, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
+    """`accelerate launch` flags over the config file they name (the command line wins, as in
+    accelerate's launch command); None when the launch says nothing about FSDP."""
+    if launch.launcher != "accelerate":
+        return None
+    from fsdplint.arguments import resolve_file
+
+    facts: Optional[LaunchFacts] = None
+    cfg = launch.options.get("config_file")
+    if cfg is not None and not cfg.unknown:
+        path = resolve_file(cfg.text, base_dirs)
+        if path is not None:
+            try:
+                facts = load_accelerate_config(path)
+            except UsageError:
+                facts = None
+    flags = {k: w for k, w in launch.options.items() if k.startswith("fsdp_") or k in _TOP_KEYS or k == "use_fsdp"}
+    if not flags and facts is None:
+        return None
+    out = facts or LaunchFacts()
+    out.texts[launch.file] = launch.text
+    for name, w in flags.items():
+        if name == "use_fsdp":
+            continue
+        key = _norm(name)
+        out.settings[key] = Setting(key, _flag_value(w.text) if not w.unknown else None, launch.file, w.line,
+                                    via="accelerate")
+    if "use_fsdp" in launch.options or (out.fsdp_version is not None and "fsdp_version" in flags):
+        out.fsdp_version = _version_of(out.value("version", 1)) or 1
+        if out.source is None:
+            out.source = launch.file
+    elif any(k in launch.options for k in ("use_deepspeed", "multi_gpu", "cpu", "tpu", "use_megatron_lm")):
+        out.fsdp_version = None
+    return out if (out.fsdp_version is not None or out.settings) else None
+
+
+def from_arguments(env, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
+    """TrainingArguments fields given on the command line or in a recipe (`--fsdp "full_shard auto_wrap"
+    --fsdp_config fsdp.json`, `--gradient_checkpointing`), as the Trainer would receive them."""
+    from fsdplint.analysis.records import UNKNOWN
+
+    if not env.training:
+        return None
+    facts = LaunchFacts()
+    facts.texts.update(env.texts)
+    for name, v in env.training:
+        value = v.single
+        origin = v.origin
+        if name == "fsdp":
+            if value not in (None, "", False, [], "no") and value is not UNKNOWN:
+                facts.fsdp_version = facts.fsdp_version or 1
+                facts.settings["sharding"] = Setting("sharding", value, origin.file, origin.line, via="trainer")
+        elif name == "fsdp_config":
+            facts.settings["fsdp_config"] = Setting("fsdp_config", value, origin.file, origin.line, via="trainer")
+            if isinstance(value, str):
+                _add_config_file(facts, value, base_dirs)
+            elif isinstance(value, dict):
+                for k, val in value.items():
+                    key = _norm(str(k))
+                    facts.settings[key] = Setting(key, val, origin.file, origin.line, via="trainer")
+        elif name in _TRAINING_KWARGS:
+            facts.settings[name] = Setting(name, value if value is not UNKNOWN else None, origin.file, origin.line,
+                                           via="trainer")
+    v = facts.get("version")
+    if v is not None and facts.fsdp_version is not None:
+        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
+    return facts if facts.settings else None
+
+
+def _add_config_file(facts: LaunchFacts, name: str, base_dirs: tuple) -> None:
+    """The keys of the `--fsdp_config` JSON/YAML file, each at its line."""
+    import os
+
+    from fsdplint.arguments import read_mapping, resolve_file
+
+    path = resolve_file(name, base_dirs)
+    if path is None:
+        return
+    items = read_mapping(path)
+    if not items:
+        return
+    display = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
+    try:
+        facts.texts[display] = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    for k, (val, line) in items.items():
+        key = _norm(k)
+        facts.settings[key] = Setting(key, val, display, line, via="trainer")

@@ -261,7 +261,8 @@ class SyncModuleStatesMisconfig(Rule):
         sync = launch.get("sync_module_states")
         if low is None or sync is None or not _truthy(low.value) or _truthy(sync.value):
             return
-        if not str(getattr(sync, "filename", "")).endswith((".yaml", ".yml")):
+        via = getattr(sync, "via", "")
+        if via == "trainer" or not (str(getattr(sync, "filename", "")).endswith((".yaml", ".yml")) or via == "accelerate"):
             return  # the Trainer and FullyShardedDataParallelPlugin force it to True with a warning
         report_setting(sync, self.message_yaml)
 

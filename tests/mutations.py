@@ -231,3 +231,60 @@ def replace_keyword_values(src: str, rng: random.Random) -> str:
             return updated.with_changes(value=cst.parse_expression(rng.choice(ODD_VALUES)))
 
     return module.visit(T()).code
+
+
+def argparse_flags(src: str, rng: random.Random) -> str:
+    """Pass literal keyword values through argparse flags whose defaults are those values:
+    `BitsAndBytesConfig(load_in_4bit=True)` -> `BitsAndBytesConfig(load_in_4bit=_flags_.load_in_4bit_1)`
+    with `--no_load_in_4bit_1` (store_false, default True) added to a parser. The parser is appended to
+    the first top-level import line, so every other line keeps its number and text position."""
+    module = cst.parse_module(src)
+    first = next((i for i, s in enumerate(module.body) if isinstance(s, cst.SimpleStatementLine)
+                  and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)), None)
+    if first is None:
+        return src
+    flags: list[str] = []
+
+    class Swap(cst.CSTTransformer):
+        def __init__(self) -> None:
+            self.n = 0
+            self.calls: list[bool] = []
+
+        def visit_Call(self, node) -> None:
+            # the script's own parser keeps its arguments
+            self.calls.append(isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument")
+
+        def leave_Arg(self, original, updated):
+            if updated.keyword is None or updated.star or (self.calls and self.calls[-1]) or rng.random() < 0.4:
+                return updated
+            v = updated.value
+            name = f"{updated.keyword.value}_{self.n + 1}"
+            if isinstance(v, cst.Name) and v.value in ("True", "False"):
+                flags.append(f'_p_.add_argument("--no_{name}", dest="{name}", action="store_false")' if v.value == "True"
+                             else f'_p_.add_argument("--{name}", action="store_true")')
+            elif isinstance(v, cst.Integer):
+                flags.append(f'_p_.add_argument("--{name}", type=int, default={v.value})')
+            elif isinstance(v, cst.Float):
+                flags.append(f'_p_.add_argument("--{name}", type=float, default={v.value})')
+            elif isinstance(v, cst.SimpleString) and isinstance(v.evaluated_value, str) and "\n" not in v.value:
+                flags.append(f'_p_.add_argument("--{name}", default={v.value})')
+            else:
+                return updated
+            self.n += 1
+            return updated.with_changes(value=cst.parse_expression(f"_flags_.{name}"))
+
+        def leave_Call(self, original, updated):
+            self.calls.pop()
+            return updated
+
+    body = list(module.body)
+    rest = cst.Module(body=body[first + 1:]).visit(Swap())
+    if not flags:
+        return src
+    parser = ["import argparse as _argparse_", "_p_ = _argparse_.ArgumentParser()", *flags,
+              "_flags_ = _p_.parse_args()"]
+    extra = [cst.parse_statement(s).body[0] for s in parser]
+    line = body[first]
+    body[first] = line.with_changes(body=[*[x.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for x in line.body],
+                                          *extra])
+    return module.with_changes(body=[*body[:first + 1], *rest.body]).code

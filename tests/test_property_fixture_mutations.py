@@ -157,3 +157,17 @@ def test_mutation_chains_never_crash_and_fixes_reparse(name, ops, seed):
 @pytest.mark.parametrize("name", NAMES)
 def test_fix_output_reparses_and_is_idempotent_on_every_fixture(name):
     check_fix(original(name)[0], name)
+
+
+BUGGY = [n for n in NAMES if n.endswith("_buggy.py")]
+
+
+@FUZZ
+@given(st.sampled_from(BUGGY), seeds)
+def test_flags_through_argparse_with_defaults_keep_findings(name, seed):
+    """Literal keyword values passed through argparse flags whose defaults are those literals:
+    with no launcher the defaults hold, so every finding stays, on the same line."""
+    text, before = original(name)
+    mutated = mutations.argparse_flags(text, random.Random(seed))
+    got = lint(mutated, name)
+    assert Counter((f, c, r) for f, c, r, _ in got) == Counter((f, c, r) for f, c, r, _ in before), mutated

@@ -112,6 +112,8 @@ class Builder:
 
     def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple) -> list[Step]:
         items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets], key=lambda i: i.seq)
+        if self._dead:  # code the known argument values rule out
+            items = [i for i in items if id(i) not in self._dead]
         steps: list[Step] = []
         for item in items:
             step = Step(item, prefix, mapping)

@@ -24,11 +24,16 @@ def _is_test(scope: Scope) -> bool:
 
 
 class ScriptAnalysis(Values, Paths, Builder):
-    def __init__(self, module: cst.Module, collector: Optional[Collector] = None) -> None:
+    _dead: Any = frozenset()
+
+    def __init__(self, module: cst.Module, collector: Optional[Collector] = None, env: Any = None) -> None:
         self.module = module
         self.c = collector or collect(module)
         self.resolver = self.c.resolver
         self.timelines: list[Timeline] = []
+        # Parsed command-line arguments' values (fsdplint.arguments.ArgEnv): code they rule out is left out.
+        self.env = env
+        self._dead: set[int] = self._dead_items() if env is not None else set()
         self._build()
 
     # -- facts over the whole file -------------------------------------------------
@@ -38,14 +43,24 @@ class ScriptAnalysis(Values, Paths, Builder):
         if by_api is None:
             by_api = self.__dict__["_calls_by_api"] = {}
             for i, c in enumerate(self.c.calls):
-                by_api.setdefault(c.api, []).append((i, c))
+                if id(c) not in self._dead:
+                    by_api.setdefault(c.api, []).append((i, c))
         hits = [x for a in dict.fromkeys(apis) for x in by_api.get(a, ())]
         if len(apis) > 1:
             hits.sort(key=lambda x: x[0])
         return [c for _, c in hits]
 
     def method_calls(self, *methods: str) -> list[Call]:
-        return [c for c in self.c.calls if c.method in methods]
+        return [c for c in self.c.calls if c.method in methods and id(c) not in self._dead]
+
+    def _dead_items(self) -> set[int]:
+        """Ids of the calls and assignments that only run in branches the known argument values rule out."""
+        out = set()
+        for s in self.c.scopes:
+            for item in (*s.calls, *s.attr_sets, *s.dict_sets):
+                if item.guards and self.dead(item):
+                    out.add(id(item))
+        return out
 
     @cached_property
     def uses_fsdp1(self) -> bool:

@@ -1,7 +1,16 @@
-"""Constant values of expressions and keyword arguments, following simple bindings and `**kwargs` dicts."""
+"""Constant values of expressions and keyword arguments, following simple bindings and `**kwargs` dicts.
+
+`value()` gives one constant (or a `QName`, or UNKNOWN). `values()` gives the set of constants an
+expression may hold: through reassignments inside `if`s, `a if c else b`, parameter defaults and
+the values of parsed command-line arguments (`env`, see `fsdplint.arguments`), capped at
+`MAX_VALUES` (more widens to UNKNOWN). `truth()` evaluates a test to the set of its possible truth
+values; a branch whose test cannot hold with the known values is dead (`dead_guard`), and the
+analysis leaves its code out.
+"""
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Optional
 
 import libcst as cst
@@ -11,8 +20,14 @@ from fsdplint.collect import Call, Scope
 from fsdplint.resolve import dotted
 
 
+MAX_VALUES = 8
+
+
 class Values:
     """Mixin of `ScriptAnalysis`: what an expression evaluates to, when the file says it plainly."""
+
+    # The parsed command-line arguments' values (`fsdplint.arguments.ArgEnv`), when the script parses any.
+    env: Any = None
 
     def value(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope] = None, depth: int = 0) -> Any:
         """Literal value of an expression, `QName` for dotted references, else UNKNOWN."""
@@ -29,9 +44,18 @@ class Values:
             bound = self.binding(expr.value, scope)
             if bound is not None:
                 return self.value(bound, scope, depth + 1)
+            if self._assigned_more_than_once(expr.value, scope):
+                # `q = None` / `if args.quantize: q = ...`: one value when every path agrees.
+                return _single(self.values(expr, scope, depth + 1))
             q = self.resolver.qualify(expr)
             return QName(q) if q else UNKNOWN
+        if isinstance(expr, cst.IfExp):
+            return _single(self.values(expr, scope, depth + 1))
         if isinstance(expr, cst.Attribute):
+            if self.env is not None:
+                hit = self.env.lookup(dotted(expr))
+                if hit is not None and not self._assigned_attr(dotted(expr)):
+                    return hit.single
             q = self.resolver.qualify(expr)
             if q:
                 return QName(q)
@@ -39,6 +63,9 @@ class Values:
             bound = self.binding(d, scope) if d else None
             if bound is not None:
                 return self.value(bound, scope, depth + 1)
+            field = self._dataclass_field(expr, scope)
+            if field is not None:
+                return self.value(field[0], field[1], depth + 1)
             return UNKNOWN
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
             out = [self.value(e.value, scope, depth + 1) for e in expr.elements if not isinstance(e, cst.StarredElement)]
@@ -61,14 +88,382 @@ class Values:
         return UNKNOWN
 
     def binding(self, name: str, scope: Optional[Scope]) -> Optional[cst.BaseExpression]:
-        """The single expression bound to `name` (in `scope`, else at module level), if unique."""
+        """The single expression bound to `name` (in `scope`, else at module level), if unique.
+
+        Assignments in branches that cannot run are left out, and one in a branch known to run
+        replaces the assignments before it."""
         for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
             vals = s.assigns.get(name)
             if vals:
+                if len(vals) > 1 and self.env is not None:
+                    vals = self._live_assignments(vals)
                 return vals[0][1] if len(vals) == 1 else None
             if s is not self.c.module_scope and name in s.params:
                 return None
         return None
+
+    # -- sets of values ------------------------------------------------------------------
+    def values(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope] = None, depth: int = 0) -> frozenset:
+        """The constants `expr` may hold (UNKNOWN among them when some are not known)."""
+        if expr is None or depth > 6:
+            return frozenset({UNKNOWN})
+        if isinstance(expr, cst.IfExp):
+            t = self.truth(expr.test, scope, depth + 1)
+            out: set = set()
+            if True in t or UNKNOWN in t:
+                out |= self.values(expr.body, scope, depth + 1)
+            if False in t or UNKNOWN in t:
+                out |= self.values(expr.orelse, scope, depth + 1)
+            return _capped(out)
+        if isinstance(expr, cst.Name) and expr.value not in ("True", "False", "None"):
+            for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+                vals = s.assigns.get(expr.value)
+                if vals:
+                    live = self._live_assignments(vals) if self.env is not None else vals
+                    out = set()
+                    for _, v in live:
+                        out |= self.values(v, s, depth + 1)
+                    return _capped(out) if out else frozenset({UNKNOWN})
+                if s is not self.c.module_scope and expr.value in s.params:
+                    return self._param_values(s, expr.value, depth)
+        if isinstance(expr, cst.Attribute) and self.env is not None:
+            d = dotted(expr)
+            hit = self.env.lookup(d)
+            if hit is not None and not self._assigned_attr(d):
+                return _capped(set(_hashable(v) for v in hit.values))
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            return self.truth(expr, scope, depth)
+        if isinstance(expr, (cst.BooleanOperation, cst.Comparison)):
+            return self.truth(expr, scope, depth)
+        v = self.value(expr, scope, depth)
+        return frozenset({_hashable(v)})
+
+    def truth(self, test: cst.BaseExpression, scope: Optional[Scope] = None, depth: int = 0) -> frozenset:
+        """The truth values `test` may have: a subset of {True, False, UNKNOWN}."""
+        if depth > 8:
+            return frozenset({UNKNOWN})
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return frozenset(UNKNOWN if t is UNKNOWN else not t for t in self.truth(test.expression, scope, depth + 1))
+        if isinstance(test, cst.BooleanOperation):
+            left = self.truth(test.left, scope, depth + 1)
+            right = self.truth(test.right, scope, depth + 1)
+            is_and = isinstance(test.operator, cst.And)
+            out = set()
+            for a in left:
+                if a is not UNKNOWN and a is not is_and:
+                    out.add(a)  # `False and ...` / `True or ...`
+                    continue
+                for b in right:
+                    out.add(UNKNOWN if (a is UNKNOWN and b is UNKNOWN) or (a is UNKNOWN and b is is_and) else
+                            b if a is not UNKNOWN else (b if b is not is_and else UNKNOWN))
+            return frozenset(out)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comp = test.comparisons[0]
+            left = self.values(test.left, scope, depth + 1)
+            right = self.values(comp.comparator, scope, depth + 1)
+            if UNKNOWN in left or UNKNOWN in right or len(left) * len(right) > MAX_VALUES * 2:
+                return frozenset({UNKNOWN})
+            out = set()
+            for a in left:
+                for b in right:
+                    r = _compare(comp.operator, a, b)
+                    out.add(r)
+            return frozenset(out)
+        vals = self.values(test, scope, depth + 1)
+        out = set()
+        for v in vals:
+            if v is UNKNOWN or isinstance(v, QName):
+                out.add(UNKNOWN)
+            else:
+                try:
+                    out.add(bool(v))
+                except Exception:
+                    out.add(UNKNOWN)
+        return frozenset(out)
+
+    def _param_values(self, scope: Scope, name: str, depth: int) -> frozenset:
+        """A parameter: its default and the arguments of the file's calls to the function; UNKNOWN
+        when the function is not called in the file (it may be called from elsewhere)."""
+        node = scope.node
+        if not isinstance(node, cst.FunctionDef):
+            return frozenset({UNKNOWN})
+        params = list(node.params.posonly_params) + list(node.params.params)
+        index = next((i for i, p in enumerate(params) if p.name.value == name), None)
+        param = next((p for p in params + list(node.params.kwonly_params) if p.name.value == name), None)
+        sites = [c for c in self.c.calls if c.func == node.name.value and c.scope.klass is None and scope.klass is None]
+        if not sites:
+            return frozenset({UNKNOWN})
+        out: set = set()
+        for c in sites:
+            if any(a.star for a in c.node.args):
+                return frozenset({UNKNOWN})
+            arg = c.arg(index if index is not None else 10_000, name)
+            if arg is None:
+                out |= self.values(param.default, self.c.module_scope, depth + 1) if param is not None and param.default is not None else {UNKNOWN}
+            else:
+                out |= self.values(arg, c.scope, depth + 1)
+        return _capped(out)
+
+    @cached_property
+    def _dataclasses(self) -> dict:
+        """Top-level `@dataclass` classes of the file: name -> {field: default expression}."""
+        out = {}
+        for stmt in self.module.body:
+            if not isinstance(stmt, cst.ClassDef):
+                continue
+            if not any((dotted(d.decorator if not isinstance(d.decorator, cst.Call) else d.decorator.func) or "")
+                       .rsplit(".", 1)[-1] == "dataclass" for d in stmt.decorators):
+                continue
+            fields = {}
+            for line in stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []:
+                for small in getattr(line, "body", []) if isinstance(line, cst.SimpleStatementLine) else []:
+                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                        v = small.value
+                        if isinstance(v, cst.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1] == "field":
+                            v = next((a.value for a in v.args if a.keyword is not None and a.keyword.value == "default"), None)
+                        fields[small.target.value] = v
+            out[stmt.name.value] = fields
+        return out
+
+    def _dataclass_field(self, expr: cst.Attribute, scope: Optional[Scope]):
+        """`cfg.load_in_4bit` with `cfg = Config(...)` of a dataclass of this file: (the keyword passed,
+        else the field's default; the scope to read it in)."""
+        if not isinstance(expr.value, cst.Name) or not self._dataclasses:
+            return None
+        built = self.binding(expr.value.value, scope)
+        if not isinstance(built, cst.Call) or not isinstance(built.func, cst.Name):
+            return None
+        fields = self._dataclasses.get(built.func.value)
+        if fields is None or expr.attr.value not in fields or self._assigned_attr(dotted(expr)):
+            return None
+        if any(a.star for a in built.args) or any(a.keyword is None for a in built.args):
+            return None
+        for a in built.args:
+            if a.keyword.value == expr.attr.value:
+                return a.value, scope
+        default = fields[expr.attr.value]
+        return (default, self.c.module_scope) if default is not None else None
+
+    def _assigned_more_than_once(self, name: str, scope: Optional[Scope]) -> bool:
+        for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+            vals = s.assigns.get(name)
+            if vals:
+                return len(vals) > 1
+            if s is not self.c.module_scope and name in s.params:
+                return False
+        return False
+
+    def _assigned_attr(self, d: Optional[str]) -> bool:
+        """`args.x = ...` somewhere in the file: the parsed value may not be the one the code reads."""
+        return d is not None and any(a.target == d for s in self.c.scopes for a in s.attr_sets)
+
+    # -- branches the known values decide ------------------------------------------------
+    @cached_property
+    def _guard_truth(self) -> dict:
+        return {}
+
+    def test_truth(self, if_node: cst.CSTNode, scope: Optional[Scope]) -> Optional[frozenset]:
+        """The truth values of an `if`/conditional expression test that reads a parsed argument; None
+        for other tests. A branch runs only on a value the test can take with the known values: an
+        unknown value (UNKNOWN) does not make a branch reachable."""
+        cache = self._guard_truth
+        key = id(if_node)
+        if key not in cache:
+            test = getattr(if_node, "test", None)
+            t = self.truth(test, scope) if test is not None and self._mentions_env(test) else None
+            if t is not None and UNKNOWN in t and not self._arguments_only(test):
+                t = None  # also reads run-time values (`step % args.every == 0`): not decided by the arguments
+            cache[key] = t
+        return cache[key]
+
+    def _arguments_only(self, test: cst.BaseExpression) -> bool:
+        """The test reads only parsed arguments (and names bound to them) and constants."""
+        prefixes = tuple(f"{ns}." for ns in self.env.names)
+        stack = [test]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, cst.Attribute):
+                d = dotted(n)
+                if d is None or not d.startswith(prefixes) or d.count(".") != 1:
+                    return False
+            elif isinstance(n, cst.Name):
+                if n.value not in ("True", "False", "None") and n.value not in self._env_locals:
+                    return False
+            elif isinstance(n, (cst.Call, cst.Subscript, cst.Lambda, cst.Await, cst.NamedExpr)):
+                return False
+            else:
+                stack.extend(n.children)
+        return True
+
+    def _mentions_env(self, test: cst.BaseExpression) -> bool:
+        env = self.env
+        if env is None or not env.names:
+            return False
+        names, local = env.names, self._env_locals
+        stack = [test]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value in names:
+                return True
+            if isinstance(n, cst.Name) and n.value in local:
+                return True
+            stack.extend(n.children)
+        return False
+
+    @cached_property
+    def _env_locals(self) -> set:
+        """Plain names bound (somewhere) to a parsed argument, e.g. `use_4bit = args.load_in_4bit`."""
+        out = set()
+        if self.env is None:
+            return out
+        names = self.env.names
+
+        def reads_argument(v) -> bool:
+            while isinstance(v, (cst.UnaryOperation, cst.Comparison, cst.BooleanOperation, cst.IfExp)):
+                v = v.expression if isinstance(v, cst.UnaryOperation) else v.left if not isinstance(v, cst.IfExp) else v.test
+            return isinstance(v, cst.Attribute) and isinstance(v.value, cst.Name) and v.value.value in names
+
+        for s in self.c.scopes:
+            for name, vals in s.assigns.items():
+                if "." not in name and any(reads_argument(v) for _, v in vals):
+                    out.add(name)
+        return out
+
+    def dead_guard(self, guard, scope: Optional[Scope]) -> bool:
+        """True when the known values make this `if` branch impossible."""
+        if guard.branch is None or self.env is None:
+            return False
+        t = self.test_truth(guard.node, scope)
+        if t is None:
+            return False
+        return (True not in t) if guard.branch == "body" else (False not in t)
+
+    def dead(self, item) -> bool:
+        """An item (call, attribute or subscript assignment) that only runs in an impossible branch."""
+        if self.env is None:
+            return False
+        for g in item.guards:
+            if g.branch is None and isinstance(g.node, cst.IfExp):
+                node = item.node if hasattr(item, "node") else item.value
+                t = self.test_truth(g.node, item.scope)
+                if t is None:
+                    continue
+                if (True not in t and _contains(g.node.body, node)) or (False not in t and _contains(g.node.orelse, node)):
+                    return True
+            elif self.dead_guard(g, item.scope):
+                return True
+        return False
+
+    @cached_property
+    def _assign_guards(self) -> dict:
+        """id(assigned value) -> the (If, branch) pairs around its assignment, innermost last."""
+        out: dict = {}
+
+        def walk(body, stack):
+            for stmt in body:
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                            out[id(small.value)] = tuple(stack)
+                elif isinstance(stmt, cst.If):
+                    walk(stmt.body.body, stack + [(stmt, "body")])
+                    orelse = stmt.orelse
+                    if isinstance(orelse, cst.If):
+                        walk([orelse], stack + [(stmt, "orelse")])
+                    elif isinstance(orelse, cst.Else):
+                        walk(orelse.body.body, stack + [(stmt, "orelse")])
+                elif isinstance(stmt, (cst.For, cst.While)):
+                    walk(stmt.body.body, stack + [(stmt, "loop")])
+                elif isinstance(stmt, (cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)):
+                    inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []
+                    walk(inner, [] if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else stack)
+                    if isinstance(stmt, cst.Try):
+                        for h in stmt.handlers:
+                            walk(h.body.body if isinstance(h.body, cst.IndentedBlock) else [], stack)
+
+        walk(self.module.body, [])
+        return out
+
+    def _live_assignments(self, vals: list) -> list:
+        """Assignments that can run, in order; one in a branch known to run replaces those before it."""
+        guards = self._assign_guards
+        live: list = []
+        for seq, v in vals:
+            states = []
+            for node, branch in guards.get(id(v), ()):
+                if branch == "loop":
+                    states.append(UNKNOWN)
+                    continue
+                t = self._truth_at(node)
+                want = branch == "body"
+                if t is None:
+                    states.append(UNKNOWN)
+                elif want not in t:
+                    states.append(None)  # this branch cannot run
+                else:
+                    states.append(True if t == {want} else UNKNOWN)
+            if None in states:
+                continue
+            if states and all(x is True for x in states):
+                live = [(seq, v)]
+            else:
+                live.append((seq, v))
+        return live
+
+    def _truth_at(self, if_node) -> Optional[frozenset]:
+        scope = self._scope_of_if.get(id(if_node))
+        return self.test_truth(if_node, scope)
+
+    @cached_property
+    def _scope_of_if(self) -> dict:
+        out = {}
+        for call in self.c.calls:
+            for g in call.guards:
+                out.setdefault(id(g.node), call.scope)
+        for s in self.c.scopes:
+            for a in s.attr_sets + s.dict_sets:
+                for g in a.guards:
+                    out.setdefault(id(g.node), s)
+        return out
+
+    def env_conditions(self) -> list[tuple]:
+        """(If node, branch, test text, truth set) of each `if` whose test reads a parsed argument."""
+        out = []
+        seen = set()
+        for node in list(self._scope_of_if_all):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            t = self._truth_at(node)
+            if t is None:
+                continue
+            out.append((node, self.code(node.test).strip(), t))
+        return out
+
+    @cached_property
+    def _scope_of_if_all(self) -> list:
+        nodes = []
+
+        def walk(body):
+            for stmt in body:
+                if isinstance(stmt, cst.If):
+                    nodes.append(stmt)
+                    walk(stmt.body.body)
+                    orelse = stmt.orelse
+                    if isinstance(orelse, cst.If):
+                        walk([orelse])
+                    elif isinstance(orelse, cst.Else):
+                        walk(orelse.body.body)
+                elif isinstance(stmt, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)):
+                    if isinstance(stmt.body, cst.IndentedBlock):
+                        walk(stmt.body.body)
+                    if isinstance(stmt, cst.Try):
+                        for h in stmt.handlers:
+                            if isinstance(h.body, cst.IndentedBlock):
+                                walk(h.body.body)
+
+        walk(self.module.body)
+        return nodes
 
     def call_for(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], api: str) -> Optional[Call]:
         """The `api(...)` call `expr` evaluates to, following simple name bindings."""
@@ -154,3 +549,56 @@ class Values:
                         return ds.value
         return UNKNOWN if hidden else None
 
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return UNKNOWN
+    return v
+
+
+def _capped(values: set) -> frozenset:
+    return frozenset(values) if len(values) <= MAX_VALUES else frozenset({UNKNOWN})
+
+
+def _compare(op: cst.BaseCompOp, a: Any, b: Any) -> Any:
+    try:
+        if isinstance(op, (cst.Equal, cst.Is)):
+            return a == b
+        if isinstance(op, (cst.NotEqual, cst.IsNot)):
+            return a != b
+        if isinstance(op, cst.In):
+            return a in b
+        if isinstance(op, cst.NotIn):
+            return a not in b
+        if isinstance(op, cst.LessThan):
+            return a < b
+        if isinstance(op, cst.LessThanEqual):
+            return a <= b
+        if isinstance(op, cst.GreaterThan):
+            return a > b
+        if isinstance(op, cst.GreaterThanEqual):
+            return a >= b
+    except TypeError:
+        return UNKNOWN
+    return UNKNOWN
+
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    stack = [tree]
+    while stack:
+        n = stack.pop()
+        if n is node:
+            return True
+        stack.extend(n.children)
+    return False
+
+
+def _single(values: frozenset) -> Any:
+    if len(values) == 1:
+        (v,) = values
+        return v
+    return UNKNOWN

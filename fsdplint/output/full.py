@@ -22,6 +22,10 @@ def _snippet(f, paint) -> str:
     text = f"{pad} {bar}\n{paint.dim(gutter)} {bar} {expanded}\n{pad} {bar} {paint.code(caret)}\n"
     if f.fix is not None:
         text += f"{pad} = {paint.fix('fix')}: {f.fix.message}\n"
+    for name, row, msg, src in getattr(f, "related", ()):
+        text += f"{pad} = {paint.dim('note')}: {msg}: {name}:{row}\n"
+        if src:
+            text += f"{pad} {bar}   {src.strip()}\n"
     return text
 
 

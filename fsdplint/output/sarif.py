@@ -128,6 +128,12 @@ def _result(f, index: int) -> dict:
         ]
     if f.notes:
         result["properties"] = {"notes": {str(k): str(v) for k, v in f.notes.items()}}
+    if f.related:
+        result["relatedLocations"] = [
+            {"id": i, "message": {"text": msg},
+             "physicalLocation": {"artifactLocation": {"uri": _uri(name)}, "region": {"startLine": row}}}
+            for i, (name, row, msg, _line) in enumerate(f.related)
+        ]
     return result
 
 

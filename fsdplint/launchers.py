@@ -1,0 +1,823 @@
+"""Launch commands in shell scripts: which Python script runs, with which arguments and launch config.
+
+`accelerate launch --config_file fsdp.yaml train.py --load_in_4bit`, `torchrun --nproc_per_node 8
+train.py --fsdp "full_shard auto_wrap"`, `python -m pkg.train`, under `srun`/`sbatch --wrap`/`env`/
+`nohup`, in a run.sh with line continuations, variables, arrays, `export` and `"$@"`.
+
+The reader is a small POSIX-shell word reader, not a full shell: it splits commands (newlines, `;`,
+`&&`, `||`, `|`, `&`), honours quoting and backslashes, joins continuation lines, expands variables
+assigned earlier in the script (`${VAR:-default}`, `"${ARR[@]}"`) and marks what it cannot know
+(`$(...)`, unset variables, `"$@"`) instead of guessing. Control structures are read straight through
+(every branch's commands are kept; a variable assigned in a branch keeps its last assignment).
+bashlex (0.18) was considered: it gives a parse tree but expands nothing, and on launch-script
+constructs it raises instead (arrays `ARGS=(...)`: ParsingError; `[[ ... ]]`: ParsingError; `case`
+and `$((...))`: NotImplementedError), its import alone costs more than a lint of one file, and it
+would be a new dependency. The words and variables are what matter here, so they are read directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+
+
+@dataclass
+class Word:
+    text: str
+    line: int
+    unknown: bool = False  # holds an expansion whose value is not known
+    splat: bool = False  # "$@" / "$*": any number of words the caller passes
+
+
+@dataclass
+class Command:
+    words: list[Word]
+    line: int
+
+
+# -- lexing ----------------------------------------------------------------------------
+class _Lexer:
+    """Words (as parts) and command boundaries of shell text, with line numbers."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+        self.line = 1
+        self.heredocs: list[str] = []
+
+    def commands(self):
+        """Yield lists of raw words; a raw word is (parts, line); an array literal is ("array", words, line)."""
+        words: list = []
+        cur: Optional[list] = None
+        cur_line = self.line
+        s, n = self.s, len(self.s)
+
+        def flush():
+            nonlocal cur
+            if cur is not None:
+                words.append((cur, cur_line))
+                cur = None
+
+        def start():
+            nonlocal cur, cur_line
+            if cur is None:
+                cur, cur_line = [], self.line
+
+        while self.i < n:
+            c = s[self.i]
+            if c == "\\" and s.startswith("\n", self.i + 1):
+                self.i += 2
+                self.line += 1
+                continue
+            if c in " \t\r":
+                flush()
+                self.i += 1
+                continue
+            if c == "\n":
+                flush()
+                self.i += 1
+                self.line += 1
+                if self.heredocs:
+                    self._skip_heredocs()
+                if words:
+                    yield words
+                    words = []
+                continue
+            if c == "#" and cur is None:
+                while self.i < n and s[self.i] != "\n":
+                    self.i += 1
+                continue
+            if c in ";&|":
+                flush()
+                self.i += 2 if s[self.i:self.i + 2] in ("&&", "||", ";;", "|&", "&>") else 1
+                if s[self.i - 1] == ">":  # `&>file`
+                    self._skip_redirect_target()
+                    continue
+                if words:
+                    yield words
+                    words = []
+                continue
+            if c == "(" and cur is not None and len(cur) == 1 and cur[0][0] == "lit" and not cur[0][2] \
+                    and _ASSIGN.fullmatch(cur[0][1]):
+                # NAME=( a b c ): an array literal
+                self.i += 1
+                name = cur[0][1]
+                line = cur_line
+                cur = None
+                elems = self._array_words()
+                words.append((("array", name, elems), line))
+                continue
+            if c in "()":
+                flush()
+                self.i += 1
+                if words:
+                    yield words
+                    words = []
+                continue
+            if c in "<>":
+                if cur is not None and all(p[0] == "lit" and p[1].isdigit() for p in cur):
+                    cur = None  # the fd number of `2>&1`
+                flush()
+                if s.startswith("<<", self.i) and not s.startswith("<<<", self.i):
+                    self.i += 2
+                    if self.i < n and s[self.i] == "-":
+                        self.i += 1
+                    m = re.match(r"\s*['\"]?(\w+)['\"]?", s[self.i:])
+                    if m:
+                        self.heredocs.append(m.group(1))
+                        self.i += m.end()
+                    continue
+                while self.i < n and s[self.i] in "<>&":
+                    self.i += 1
+                self._skip_redirect_target()
+                continue
+            start()
+            self._part(cur)
+        flush()
+        if words:
+            yield words
+
+    def _skip_heredocs(self) -> None:
+        s = self.s
+        while self.heredocs:
+            end = self.heredocs.pop(0)
+            while self.i < len(s):
+                j = s.find("\n", self.i)
+                j = len(s) if j < 0 else j
+                line = s[self.i:j]
+                self.i = j + 1
+                self.line += 1
+                if line.strip() == end:
+                    break
+
+    def _skip_redirect_target(self) -> None:
+        s = self.s
+        while self.i < len(s) and s[self.i] in " \t":
+            self.i += 1
+        junk: list = []
+        while self.i < len(s) and s[self.i] not in " \t\n;&|()<>":
+            self._part(junk)
+
+    def _array_words(self) -> list:
+        """Words of `( ... )` up to the closing parenthesis."""
+        s = self.s
+        out: list = []
+        cur: Optional[list] = None
+        cur_line = self.line
+        while self.i < len(s):
+            c = s[self.i]
+            if c == "\\" and s.startswith("\n", self.i + 1):
+                self.i += 2
+                self.line += 1
+                continue
+            if c in " \t\r\n":
+                if cur is not None:
+                    out.append((cur, cur_line))
+                    cur = None
+                if c == "\n":
+                    self.line += 1
+                self.i += 1
+                continue
+            if c == "#" and cur is None:
+                while self.i < len(s) and s[self.i] != "\n":
+                    self.i += 1
+                continue
+            if c == ")":
+                self.i += 1
+                break
+            if cur is None:
+                cur, cur_line = [], self.line
+            self._part(cur)
+        if cur is not None:
+            out.append((cur, cur_line))
+        return out
+
+    def _part(self, cur: list) -> None:
+        """Read one piece of a word at self.i into `cur`."""
+        s = self.s
+        c = s[self.i]
+        if c == "'":
+            j = s.find("'", self.i + 1)
+            j = len(s) if j < 0 else j
+            text = s[self.i + 1:j]
+            self.line += text.count("\n")
+            cur.append(("lit", text, True))
+            self.i = j + 1
+        elif c == '"':
+            self.i += 1
+            buf = []
+            while self.i < len(s) and s[self.i] != '"':
+                ch = s[self.i]
+                if ch == "\\" and self.i + 1 < len(s) and s[self.i + 1] in '$`"\\\n':
+                    if s[self.i + 1] != "\n":
+                        buf.append(s[self.i + 1])
+                    else:
+                        self.line += 1
+                    self.i += 2
+                elif ch in "$`":
+                    if buf:
+                        cur.append(("lit", "".join(buf), True))
+                        buf = []
+                    cur.append(self._expansion(quoted=True))
+                else:
+                    if ch == "\n":
+                        self.line += 1
+                    buf.append(ch)
+                    self.i += 1
+            if buf or not cur:
+                cur.append(("lit", "".join(buf), True))
+            self.i += 1
+        elif c == "\\":
+            cur.append(("lit", s[self.i + 1:self.i + 2], True))
+            self.i += 2
+        elif c in "$`":
+            cur.append(self._expansion(quoted=False))
+        else:
+            j = self.i
+            while j < len(s) and s[j] not in " \t\r\n;&|()<>'\"\\$`":
+                j += 1
+            j = max(j, self.i + 1)  # an operator character where a word goes (inside `( ... )`): keep it
+            if cur and cur[-1][0] == "lit" and not cur[-1][2]:
+                cur[-1] = ("lit", cur[-1][1] + s[self.i:j], False)
+            else:
+                cur.append(("lit", s[self.i:j], False))
+            self.i = j
+
+    def _balanced(self, open_: str, close: str) -> str:
+        s = self.s
+        depth = 0
+        start = self.i
+        while self.i < len(s):
+            ch = s[self.i]
+            if ch == "\n":
+                self.line += 1
+            if ch == "\\":
+                self.i += 2
+                continue
+            if ch == open_:
+                depth += 1
+            elif ch == close:
+                depth -= 1
+                if depth == 0:
+                    self.i += 1
+                    return s[start:self.i]
+            self.i += 1
+        return s[start:]
+
+    def _expansion(self, quoted: bool) -> tuple:
+        s = self.s
+        if s[self.i] == "`":
+            j = s.find("`", self.i + 1)
+            self.i = len(s) if j < 0 else j + 1
+            return ("unknown",)
+        self.i += 1  # $
+        if self.i >= len(s):
+            return ("lit", "$", quoted)
+        c = s[self.i]
+        if c == "(":
+            self._balanced("(", ")")
+            return ("unknown",)
+        if c == "{":
+            body = self._balanced("{", "}")[1:-1]
+            m = re.fullmatch(r"([A-Za-z_]\w*)\[[@*]\]", body)
+            if m:
+                return ("array", m.group(1), quoted)
+            m = re.fullmatch(r"([A-Za-z_]\w*)(:?[-=+?])(.*)", body, re.S)
+            if m:
+                return ("var", m.group(1), m.group(2), m.group(3), quoted)
+            if body in ("@", "*"):
+                return ("splat", quoted)
+            if _NAME.fullmatch(body):
+                return ("var", body, "", "", quoted)
+            return ("unknown",)
+        if c in "@*":
+            self.i += 1
+            return ("splat", quoted)
+        if c.isdigit() or c in "#?$!-":
+            self.i += 1
+            return ("unknown",)
+        m = _NAME.match(s, self.i)
+        if m:
+            self.i = m.end()
+            return ("var", m.group(0), "", "", quoted)
+        return ("lit", "$", quoted)
+
+
+# -- evaluation -------------------------------------------------------------------------
+_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "fi", "done", "esac",
+             "time", "exec", "nohup", "command", "builtin", "eval"}
+_DECLARE = {"export", "local", "declare", "readonly", "typeset"}
+
+
+class ShellReader:
+    """Commands of a shell text with the variables it assigns expanded in order."""
+
+    def __init__(self, text: str, env: Optional[dict] = None) -> None:
+        self.text = text
+        self.vars: dict[str, object] = dict(env or {})  # str, or list[Word] for arrays
+
+    def commands(self) -> list[Command]:
+        out = []
+        for raw in _Lexer(self.text).commands():
+            cmd = self._command(raw)
+            if cmd is not None:
+                out.append(cmd)
+        return out
+
+    def _command(self, raw: list) -> Optional[Command]:
+        while raw and _plain(raw[0]) in _KEYWORDS:
+            raw = raw[1:]
+        if not raw:
+            return None
+        first = _plain(raw[0])
+        if first in ("for", "case", "select", "function", "[", "[[", "test", "set", "shift", "source", ".",
+                     "return", "exit", "cd", "echo", "printf", "mkdir", "unset"):
+            return None
+        if first in _DECLARE:
+            raw = [w for w in raw[1:] if not (_plain(w) or "").startswith("-")]
+            for w in raw:
+                self._assign(w)
+            return None
+        i = 0
+        while i < len(raw) and self._is_assignment(raw[i]):
+            i += 1
+        if i == len(raw):
+            for w in raw:
+                self._assign(w)
+            return None
+        words: list[Word] = []
+        for w in raw[i:]:
+            words.extend(self._expand(w))
+        if not words:
+            return None
+        return Command(words, words[0].line)
+
+    @staticmethod
+    def _is_assignment(w) -> bool:
+        parts, _ = w
+        if parts and parts[0] == "array":
+            return True
+        return bool(parts) and parts[0][0] == "lit" and not parts[0][2] and _ASSIGN.match(parts[0][1]) is not None
+
+    def _assign(self, w) -> None:
+        parts, line = w
+        if parts and parts[0] == "array":
+            name = _ASSIGN.match(parts[1]).group(1)
+            elems: list[Word] = []
+            for e in parts[2]:
+                elems.extend(self._expand(e))
+            self.vars[name] = elems
+            return
+        if not (parts and parts[0][0] == "lit" and not parts[0][2]):
+            return
+        m = _ASSIGN.match(parts[0][1])
+        if m is None:
+            return
+        name, append = m.group(1), m.group(2)
+        rest = [("lit", parts[0][1][m.end():], False)] + list(parts[1:])
+        word = self._join(rest, line)
+        value = word.text if not word.unknown else None
+        if append and isinstance(self.vars.get(name), str) and value is not None:
+            value = self.vars[name] + value
+        self.vars[name] = value
+
+    def _var(self, name: str, op: str, arg: str) -> Optional[str]:
+        v = self.vars.get(name)
+        if isinstance(v, list):
+            v = " ".join(w.text for w in v) if not any(w.unknown for w in v) else None
+        if op in (":-", ":=") and (v is None or v == "") or op in ("-", "=") and v is None and name not in self.vars:
+            v = _expand_default(arg, self)
+            if op.endswith("=") and v is not None:
+                self.vars[name] = v
+        elif op in (":+", "+"):
+            v = _expand_default(arg, self) if v else ""
+        elif op:
+            pass
+        return v
+
+    def _join(self, parts, line) -> Word:
+        """Expand parts into one word (no field splitting), as in an assignment."""
+        text, unknown = [], False
+        for p in parts:
+            if p[0] == "lit":
+                text.append(p[1])
+            elif p[0] == "var":
+                v = self._var(p[1], p[2], p[3])
+                if v is None:
+                    unknown = True
+                else:
+                    text.append(v)
+            else:
+                unknown = True
+        return Word("".join(text), line, unknown)
+
+    def _expand(self, w) -> list[Word]:
+        parts, line = w
+        if parts and parts[0] == "array":
+            return []
+        fields: list[Word] = []
+        cur = Word("", line)
+        started = False
+        for p in parts:
+            kind = p[0]
+            if kind == "lit":
+                cur.text += p[1]
+                started = True
+            elif kind == "var":
+                v = self._var(p[1], p[2], p[3])
+                if v is None:
+                    cur.unknown = True
+                    started = True
+                elif p[4]:  # quoted: no splitting
+                    cur.text += v
+                    started = True
+                else:
+                    pieces = v.split()
+                    if not pieces:
+                        continue
+                    if v[:1].isspace() and started:
+                        fields.append(cur)
+                        cur = Word("", line)
+                    for k, piece in enumerate(pieces):
+                        if k:
+                            fields.append(cur)
+                            cur = Word("", line)
+                        cur.text += piece
+                    started = True
+                    if v[-1:].isspace():
+                        fields.append(cur)
+                        cur, started = Word("", line), False
+            elif kind == "array":
+                arr = self.vars.get(p[1])
+                if started:
+                    fields.append(cur)
+                if isinstance(arr, list):
+                    fields.extend(Word(x.text, x.line, x.unknown, x.splat) for x in arr)
+                elif isinstance(arr, str):
+                    fields.extend(Word(x, line) for x in arr.split())
+                else:
+                    fields.append(Word("", line, unknown=True))
+                cur, started = Word("", line), False
+            elif kind == "splat":
+                if started:
+                    fields.append(cur)
+                fields.append(Word("", line, splat=True))
+                cur, started = Word("", line), False
+            else:
+                cur.unknown = True
+                started = True
+        if started:
+            fields.append(cur)
+        return fields
+
+
+def _plain(w) -> Optional[str]:
+    parts, _ = w
+    if parts and parts[0] != "array" and all(p[0] == "lit" for p in parts):
+        return "".join(p[1] for p in parts)
+    return None
+
+
+def _expand_default(arg: str, reader: ShellReader) -> Optional[str]:
+    """The word of `${VAR:-word}`: quotes dropped, `$X`/`${X}` expanded."""
+    arg = arg.strip()
+    if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "'\"":
+        arg = arg[1:-1]
+    unknown = False
+
+    def sub(m):
+        nonlocal unknown
+        name = m.group(1) or m.group(2)
+        v = reader.vars.get(name)
+        if not isinstance(v, str):
+            unknown = True
+            return ""
+        return v
+
+    out = re.sub(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)", sub, arg)
+    if "$(" in arg or "`" in arg:
+        return None
+    return None if unknown else out
+
+
+# -- launches ---------------------------------------------------------------------------
+# Options of `accelerate launch` that take no value (accelerate 1.15 commands/launch.py, store_true/false).
+ACCELERATE_FLAGS = frozenset({
+    "quiet", "q", "cpu", "multi_gpu", "tpu", "enable_cpu_affinity", "dynamo_use_fullgraph", "dynamo_use_dynamic",
+    "dynamo_use_regional_compilation", "use_deepspeed", "use_fsdp", "use_parallelism_config", "use_megatron_lm",
+    "same_network", "module", "m", "no_python", "tpu_cluster", "no_tpu_cluster", "tpu_use_sudo", "downcast_bf16",
+    "fp8_use_autocast_during_eval", "debug", "h", "help",
+})
+# torchrun (torch.distributed.run) options that take no value.
+TORCHRUN_FLAGS = frozenset({"standalone", "no_python", "module", "m", "run_path", "use_env", "h", "help"})
+# Options of `accelerate launch` kept as launch settings (besides every `--fsdp_*`).
+_ACCELERATE_KEPT = ("mixed_precision", "num_processes", "num_machines")
+_WRAPPERS = {"srun", "mpirun", "mpiexec", "env", "nohup", "time", "exec", "stdbuf", "numactl", "taskset", "nice",
+             "ionice", "singularity", "apptainer", "xargs", "sudo", "timeout", "caffeinate"}
+_RUNNERS = {("uv", "run"), ("poetry", "run"), ("pixi", "run"), ("pipenv", "run"), ("conda", "run"),
+            ("hatch", "run"), ("rye", "run")}
+
+
+@dataclass
+class Launch:
+    """One command that runs a Python script: the launcher, its options, the script and its arguments."""
+
+    file: str  # the shell file, as displayed, or "--launch" for a command given on the command line
+    line: int
+    launcher: str  # "accelerate", "torchrun", "python", "deepspeed"
+    script: Optional[str] = None  # as written (known text after the last unknown part)
+    module: Optional[str] = None  # `-m pkg.mod`
+    args: list[Word] = field(default_factory=list)
+    options: dict[str, Word] = field(default_factory=dict)  # launcher options, names normalised
+    open_args: bool = False  # "$@" (or an unknown word) among the script's arguments
+    text: str = ""  # the shell text, for source lines and noqa
+    path: Optional[str] = None  # the shell file's path on disk
+
+    @property
+    def label(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def is_fsdp_capable(self) -> bool:
+        """deepspeed jobs (the deepspeed launcher, `accelerate launch --use_deepspeed`) are not FSDP."""
+        return self.launcher != "deepspeed" and "use_deepspeed" not in self.options
+
+
+def _opt_name(text: str) -> tuple[str, Optional[str]]:
+    body = text.lstrip("-")
+    value = None
+    if "=" in body:
+        body, value = body.split("=", 1)
+    return body.replace("-", "_"), value
+
+
+def _base(w: Word) -> str:
+    return os.path.basename(w.text) if not w.unknown else ""
+
+
+def _is_python(name: str) -> bool:
+    return re.fullmatch(r"python(\d+(\.\d+)?)?", name) is not None
+
+
+def _launch_from(words: list[Word], file: str, text: str, path: Optional[str]) -> Optional[Launch]:
+    i = 0
+    # Wrappers: skip to the first word that starts a launcher we know.
+    for _ in range(6):
+        if i >= len(words):
+            return None
+        b = _base(words[i])
+        if i + 1 < len(words) and (b, words[i + 1].text) in _RUNNERS:
+            i += 2
+            continue
+        if b == "sbatch":
+            for k in range(i + 1, len(words)):
+                name, val = _opt_name(words[k].text) if words[k].text.startswith("--") else ("", None)
+                if name == "wrap":
+                    inner = val if val is not None else (words[k + 1].text if k + 1 < len(words) else "")
+                    cmds = ShellReader(inner).commands()
+                    for c in cmds:
+                        for w in c.words:
+                            w.line = words[k].line
+                        got = _launch_from(c.words, file, text, path)
+                        if got is not None:
+                            got.line = words[i].line
+                            return got
+            return None
+        if b in _WRAPPERS:
+            j = i + 1
+            while j < len(words) and not _starts_launcher(words[j]):
+                j += 1
+            i = j
+            continue
+        break
+    if i >= len(words):
+        return None
+    w0 = words[i]
+    b = _base(w0)
+    rest = words[i + 1:]
+    if b == "accelerate" and rest and rest[0].text == "launch":
+        return _accelerate(rest[1:], w0.line, file, text, path)
+    if b in ("accelerate-launch",):
+        return _accelerate(rest, w0.line, file, text, path)
+    if b in ("torchrun", "torch-run"):
+        return _torchrun(rest, w0.line, file, text, path)
+    if b == "deepspeed":
+        launch = _generic(rest, w0.line, file, text, path, "deepspeed", frozenset({"autotuning"}))
+        return launch
+    if _is_python(b):
+        j = 0
+        while j < len(rest) and rest[j].text.startswith("-") and rest[j].text not in ("-m", "-c", "-"):
+            j += 2 if rest[j].text in ("-W", "-X") else 1
+        if j < len(rest) and rest[j].text == "-c":
+            return None
+        if j + 1 < len(rest) and rest[j].text == "-m":
+            mod = rest[j + 1].text
+            after = rest[j + 2:]
+            if mod in ("torch.distributed.run", "torch.distributed.launch"):
+                return _torchrun(after, w0.line, file, text, path)
+            if mod in ("accelerate.commands.launch",):
+                return _accelerate(after, w0.line, file, text, path)
+            if mod.startswith("deepspeed"):
+                return _generic(after, w0.line, file, text, path, "deepspeed", frozenset())
+            return _bind(Launch(file, w0.line, "python", text=text, path=path), None, mod, after)
+        if j < len(rest) and rest[j].text.endswith(".py"):
+            return _bind(Launch(file, w0.line, "python", text=text, path=path), rest[j], None, rest[j + 1:])
+        return None
+    if w0.text.endswith(".py") and not w0.unknown:
+        return _bind(Launch(file, w0.line, "python", text=text, path=path), w0, None, rest)
+    return None
+
+
+def _starts_launcher(w: Word) -> bool:
+    b = _base(w)
+    return b in ("accelerate", "torchrun", "deepspeed", "sbatch") or _is_python(b) or (
+        w.text.endswith(".py") and not w.text.startswith("-"))
+
+
+def _bind(launch: Launch, script: Optional[Word], module: Optional[str], args: list[Word]) -> Launch:
+    if script is not None:
+        launch.script = script.text
+    launch.module = module
+    launch.args = list(args)
+    launch.open_args = any(a.splat or a.unknown for a in args)
+    return launch
+
+
+def _generic(words: list[Word], line: int, file: str, text: str, path, launcher: str, flags) -> Launch:
+    launch = Launch(file, line, launcher, text=text, path=path)
+    j = 0
+    module = False
+    while j < len(words):
+        w = words[j]
+        if w.splat:
+            launch.open_args = True
+            j += 1
+            continue
+        if w.text.startswith("-") and len(w.text) > 1:
+            name, val = _opt_name(w.text)
+            if name in ("m", "module"):
+                module = True
+                launch.options[name] = w
+                j += 1
+                continue
+            if name in flags or val is not None or j + 1 >= len(words):
+                launch.options[name] = Word(val if val is not None else "true", w.line, w.unknown)
+                j += 1
+            else:
+                launch.options[name] = words[j + 1]
+                j += 2
+            continue
+        if module:
+            return _bind(launch, None, w.text, words[j + 1:])
+        return _bind(launch, w, None, words[j + 1:])
+    return launch
+
+
+def _accelerate(words, line, file, text, path) -> Launch:
+    return _generic(words, line, file, text, path, "accelerate", ACCELERATE_FLAGS)
+
+
+def _torchrun(words, line, file, text, path) -> Launch:
+    return _generic(words, line, file, text, path, "torchrun", TORCHRUN_FLAGS)
+
+
+def parse_launches(text: str, file: str, path: Optional[str] = None) -> list[Launch]:
+    """Every launch of a Python script or module in shell text."""
+    out = []
+    for cmd in ShellReader(text).commands():
+        launch = _launch_from(cmd.words, file, text, path)
+        if launch is not None and (launch.script or launch.module):
+            out.append(launch)
+    return out
+
+
+# -- which launches run a script ---------------------------------------------------------------
+_SHELL_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".job")
+_SKIP_DIRS = {".git", ".hg", ".venv", "venv", "env", "node_modules", "__pycache__", "site-packages", "build",
+              "dist", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+_MAX_SHELL_FILES = 300
+_MAX_SHELL_BYTES = 512 * 1024
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_PARSED: dict[tuple, list[Launch]] = {}
+_FILES: dict[str, list[Path]] = {}
+_TEXTS: dict[tuple, str] = {}
+
+
+def project_root(script: Path) -> Path:
+    """The nearest directory above the script that holds pyproject.toml/setup.py/setup.cfg/.git."""
+    start = script.resolve().parent
+    d = start
+    for _ in range(8):
+        if any((d / m).exists() for m in _ROOT_MARKERS):
+            return d
+        if d.parent == d:
+            break
+        d = d.parent
+    return start
+
+
+def _has_marker(d: Path) -> bool:
+    return any((d / m).exists() for m in _ROOT_MARKERS)
+
+
+def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
+    """Shell scripts under `root` (`max_depth` directory levels down), cached per process."""
+    key = f"{root}\0{max_depth}"
+    hit = _FILES.get(key)
+    if hit is not None:
+        return hit
+    found: list[Path] = []
+    base_depth = len(root.parts)
+    for dirpath, dirs, names in os.walk(root):
+        depth = len(Path(dirpath).parts) - base_depth
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".") and depth < max_depth)
+        for n in sorted(names):
+            if n.endswith(_SHELL_SUFFIXES):
+                found.append(Path(dirpath) / n)
+        if len(found) >= _MAX_SHELL_FILES:
+            break
+    _FILES[key] = found[:_MAX_SHELL_FILES]
+    return _FILES[key]
+
+
+def _read_launches(path: Path, display: str) -> list[Launch]:
+    try:
+        st = path.stat()
+        if st.st_size > _MAX_SHELL_BYTES:
+            return []
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        hit = _PARSED.get(key)
+        if hit is not None:
+            return hit
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    try:
+        launches = parse_launches(text, display, str(path))
+    except Exception:  # a shell file this reader cannot follow launches nothing it can tell
+        launches = []
+    _PARSED[key] = launches
+    return launches
+
+
+def runs_script(launch: Launch, script: Path) -> bool:
+    """Does this launch run `script`? Compares the known trailing path components (a launch may
+    name it relative to another directory, or after an unknown `$DIR/`)."""
+    parts = script.resolve().parts
+    if launch.module:
+        mod = launch.module.split(".")
+        want = [mod[:-1] + [mod[-1] + ".py"], mod + ["__main__.py"]]
+    elif launch.script:
+        tail = [p for p in launch.script.replace("\\", "/").split("/") if p not in ("", ".")]
+        if ".." in tail:
+            tail = tail[len(tail) - tail[::-1].index(".."):]
+        want = [tail]
+    else:
+        return False
+    return any(w and tuple(parts[-len(w):]) == tuple(w) for w in want)
+
+
+def launches_for(script: Path) -> list[Launch]:
+    """The launches in the project's shell scripts that run `script` (deepspeed jobs left out)."""
+    try:
+        root = project_root(script)
+    except OSError:
+        return []
+    needle = script.stem if script.name != "__main__.py" else script.parent.name
+    out = []
+    # Outside a project (no pyproject.toml/setup.py/.git above): the script's own directory only.
+    for sh in shell_files(root, 4 if _has_marker(root) else 0):
+        try:
+            st = sh.stat()
+        except OSError:
+            continue
+        tkey = (str(sh), st.st_mtime_ns, st.st_size)
+        text = _TEXTS.get(tkey)
+        if text is None:
+            try:
+                text = _TEXTS[tkey] = sh.read_text(encoding="utf-8", errors="replace")[:_MAX_SHELL_BYTES]
+            except OSError:
+                continue
+        if needle not in text:
+            continue
+        try:
+            display = os.path.relpath(sh)
+        except ValueError:
+            display = str(sh)
+        if display.startswith(".." + os.sep + ".."):
+            display = str(sh)
+        for launch in _read_launches(sh, display):
+            if launch.is_fsdp_capable and runs_script(launch, script):
+                out.append(launch)
+    return out
+
+
+def launches_from_command(cmd: str) -> list[Launch]:
+    """Launches of a `--launch "CMD"` given on the command line (deepspeed jobs left out)."""
+    return [l for l in parse_launches(cmd, "--launch") if l.is_fsdp_capable]

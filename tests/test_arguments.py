@@ -1,0 +1,173 @@
+"""Command-line arguments to values: argparse, HfArgumentParser/TrlParser dataclasses, recipe files."""
+
+from __future__ import annotations
+
+import textwrap
+
+from fsdplint.analysis import UNKNOWN
+from fsdplint.arguments import bind, library_fields, parse_definitions
+from fsdplint.launchers import parse_launches
+
+
+def _env(src: str, cmd: str | None = None, dirs=(), use_installed: bool = True):
+    defs = parse_definitions(textwrap.dedent(src), use_installed)
+    assert defs is not None
+    launch = parse_launches(cmd, "run.sh")[0] if cmd else None
+    return bind(defs, launch, tuple(str(d) for d in dirs))
+
+
+ARGPARSE = """
+import argparse
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--load_in_4bit", action="store_true")
+    p.add_argument("--no-sync", dest="sync", action="store_false")
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    p.add_argument("--targets", nargs="+", default=["q_proj"])
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False)
+    return p.parse_args()
+
+args = parse_args()
+"""
+
+
+def _v(env, dotted):
+    return env.lookup(dotted).values
+
+
+def test_argparse_defaults():
+    env = _env(ARGPARSE)
+    assert _v(env, "args.load_in_4bit") == (False,)
+    assert _v(env, "args.sync") == (True,)
+    assert _v(env, "args.lora_r") == (16,)
+    assert _v(env, "args.dtype") == ("bf16",)
+    assert _v(env, "args.targets") == (["q_proj"],)
+    assert env.lookup("args.load_in_4bit").origin.describe() == "its default, line 6"
+    assert _v(env, "args.not_defined") == (UNKNOWN,)
+
+
+def test_argparse_launch_values_and_lines():
+    env = _env(ARGPARSE, "python train.py --load_in_4bit --no-sync \\\n  --lora-r=64 --dtype fp16 --targets q_proj v_proj --no-compile\n")
+    assert _v(env, "args.load_in_4bit") == (True,)
+    assert _v(env, "args.sync") == (False,)
+    assert _v(env, "args.lora_r") == (64,)
+    assert _v(env, "args.dtype") == ("fp16",)
+    assert _v(env, "args.targets") == (["q_proj", "v_proj"],)
+    assert _v(env, "args.compile") == (False,)
+    assert env.lookup("args.lora_r").origin.describe() == "set by run.sh:2"
+
+
+def test_dollar_at_leaves_unset_flags_open():
+    env = _env(ARGPARSE, 'python train.py --lora-r 8 "$@"\n')
+    assert _v(env, "args.lora_r") == (8,)
+    assert set(_v(env, "args.load_in_4bit")) == {False, UNKNOWN}
+
+
+HF = """
+from dataclasses import dataclass, field
+from typing import Optional
+from transformers import HfArgumentParser, TrainingArguments
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(default="m")
+    load_in_4bit: bool = field(default=False)
+    use_peft: Optional[bool] = True
+    lora_target_modules: Optional[list[str]] = None
+
+parser = HfArgumentParser((ModelArguments, TrainingArguments))
+model_args, training_args = parser.parse_args_into_dataclasses()
+"""
+
+
+def test_hf_argument_parser_user_and_library_dataclasses():
+    env = _env(HF, 'torchrun train.py --load_in_4bit --no_use_peft --lora_target_modules q_proj k_proj '
+                   '--fsdp "full_shard auto_wrap" --gradient_checkpointing false\n')
+    assert _v(env, "model_args.load_in_4bit") == (True,)
+    assert _v(env, "model_args.use_peft") == (False,)
+    assert _v(env, "model_args.lora_target_modules") == (["q_proj", "k_proj"],)
+    assert _v(env, "training_args.fsdp") == ("full_shard auto_wrap",)
+    assert _v(env, "training_args.gradient_checkpointing") == (False,)
+    assert dict((k, v.values) for k, v in env.training) == {"fsdp": ("full_shard auto_wrap",),
+                                                             "gradient_checkpointing": (False,)}
+
+
+def test_library_fields_from_installed_source_and_from_the_table():
+    installed = library_fields("transformers.TrainingArguments", use_installed=True)
+    table = library_fields("transformers.TrainingArguments", use_installed=False)
+    # the installed transformers source has hundreds of fields; the shipped table only those the rules read
+    assert len(installed) > 100 and "fsdp" in installed and installed["bf16"].default is False
+    assert set(table) < set(installed) and table["fsdp"].default is None
+    model = library_fields("trl.ModelConfig", use_installed=False)
+    assert model["load_in_4bit"].default is False and model["lora_target_modules"].kind == "list"
+
+
+def test_trl_parser_recipe_yaml(tmp_path):
+    (tmp_path / "recipe.yaml").write_text("model_name_or_path: m\nload_in_4bit: true\nfsdp: full_shard auto_wrap\nlora_r: 8\n")
+    src = """
+    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config()
+    """
+    env = _env(src, "accelerate launch sft.py --config recipe.yaml --lora_r 32\n", dirs=[tmp_path], use_installed=False)
+    assert _v(env, "model_args.load_in_4bit") == (True,)
+    assert _v(env, "model_args.lora_r") == (32,)  # the command line wins over the recipe
+    assert env.lookup("model_args.load_in_4bit").origin.describe() == f"set by {env.lookup('model_args.load_in_4bit').origin.file}:2"
+    assert _v(env, "training_args.fsdp") == ("full_shard auto_wrap",)
+    assert _v(env, "training_args.gradient_checkpointing") == (True,)  # SFTConfig's own default
+
+
+def test_parse_yaml_file_first_argument(tmp_path):
+    (tmp_path / "config.yaml").write_text("load_in_4bit: true\n")
+    src = """
+    import sys
+    from transformers import HfArgumentParser
+    from dataclasses import dataclass
+
+    @dataclass
+    class Args:
+        load_in_4bit: bool = False
+
+    parser = HfArgumentParser(Args)
+    if sys.argv[1].endswith(".yaml"):
+        (args,) = parser.parse_yaml_file(sys.argv[1])
+    else:
+        (args,) = parser.parse_args_into_dataclasses()
+    """
+    assert _v(_env(src), "args.load_in_4bit") == (False,)
+    assert _v(_env(src, "python train.py config.yaml\n", dirs=[tmp_path]), "args.load_in_4bit") == (True,)
+
+
+def test_no_parser_no_definitions():
+    assert parse_definitions("import torch\nx = 1\n") is None
+
+
+def test_recipe_path_written_in_the_script(tmp_path):
+    (tmp_path / "args.json").write_text('{\n  "load_in_4bit": true\n}\n')
+    src = """
+    from transformers import HfArgumentParser
+    from dataclasses import dataclass
+
+    @dataclass
+    class Args:
+        load_in_4bit: bool = False
+
+    (args,) = HfArgumentParser(Args).parse_json_file("args.json")
+    """
+    env = _env(src, dirs=[tmp_path])
+    assert _v(env, "args.load_in_4bit") == (True,)
+    assert env.lookup("args.load_in_4bit").origin.line == 2
+
+
+def test_alignment_handbook_layout(tmp_path):
+    (tmp_path / "recipe.yaml").write_text("load_in_4bit: true\nuse_peft: true\ngradient_checkpointing: true\n")
+    src = """
+    from alignment import H4ArgumentParser, ModelArguments, DataArguments, SFTConfig
+    parser = H4ArgumentParser((ModelArguments, DataArguments, SFTConfig))
+    model_args, data_args, training_args = parser.parse()
+    """
+    env = _env(src, "accelerate launch run_sft.py recipe.yaml --lora_r=64\n", dirs=[tmp_path], use_installed=False)
+    assert _v(env, "model_args.load_in_4bit") == (True,) and _v(env, "model_args.lora_r") == (64,)
+    assert _v(env, "training_args.gradient_checkpointing") == (True,)

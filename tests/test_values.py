@@ -1,0 +1,108 @@
+"""The set-valued API beside `value()`: reassignments in branches, conditional expressions, parameter
+defaults and parsed arguments."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from fsdplint.analysis import UNKNOWN, ScriptAnalysis
+from fsdplint.arguments import bind, parse_definitions
+from fsdplint.launchers import parse_launches
+
+
+def _analysis(src: str, cmd: str | None = None) -> ScriptAnalysis:
+    src = textwrap.dedent(src)
+    defs = parse_definitions(src)
+    env = bind(defs, parse_launches(cmd, "run.sh")[0] if cmd else None) if defs else None
+    return ScriptAnalysis(cst.parse_module(src), env=env)
+
+
+def _kw(a: ScriptAnalysis, api: str, name: str):
+    (call,) = a.calls(api)
+    return call, a.keyword(call, name)
+
+
+SRC = """
+import argparse
+from transformers import BitsAndBytesConfig
+
+p = argparse.ArgumentParser()
+p.add_argument("--quantize", action="store_true")
+p.add_argument("--bits", type=int, default=16)
+args = p.parse_args()
+storage = None
+if args.quantize:
+    storage = "bfloat16"
+cfg = BitsAndBytesConfig(load_in_4bit=True if args.bits == 4 else None, bnb_4bit_quant_storage=storage)
+"""
+
+
+def test_values_follow_branches_and_conditional_expressions():
+    a = _analysis(SRC)
+    call, kw = _kw(a, "BitsAndBytesConfig", "load_in_4bit")
+    assert a.values(kw, call.scope) == frozenset({None}) and a.value(kw, call.scope) is None
+    storage = a.keyword(call, "bnb_4bit_quant_storage")
+    assert a.value(storage, call.scope) is None  # the `if args.quantize:` branch cannot run
+
+    a = _analysis(SRC, "python t.py --quantize --bits 4\n")
+    call, kw = _kw(a, "BitsAndBytesConfig", "load_in_4bit")
+    assert a.value(kw, call.scope) is True
+    assert a.value(a.keyword(call, "bnb_4bit_quant_storage"), call.scope) == "bfloat16"
+
+
+def test_without_arguments_values_are_sets_and_value_stays_unknown():
+    src = """
+    from transformers import BitsAndBytesConfig
+    storage = None
+    if use_bf16:
+        storage = "bfloat16"
+    cfg = BitsAndBytesConfig(bnb_4bit_quant_storage=storage)
+    """
+    a = _analysis(src)
+    call, kw = _kw(a, "BitsAndBytesConfig", "bnb_4bit_quant_storage")
+    assert a.values(kw, call.scope) == frozenset({None, "bfloat16"})
+    assert a.value(kw, call.scope) is UNKNOWN
+
+
+def test_parameter_defaults_and_call_sites():
+    src = """
+    from transformers import BitsAndBytesConfig
+
+    def build(four_bit=False):
+        return BitsAndBytesConfig(load_in_4bit=four_bit)
+
+    build()
+    build(four_bit=True)
+    """
+    a = _analysis(src)
+    call, kw = _kw(a, "BitsAndBytesConfig", "load_in_4bit")
+    assert a.values(kw, call.scope) == frozenset({False, True})
+
+
+def test_truth_of_argument_tests():
+    a = _analysis(SRC, 'python t.py --bits 4 "$@"\n')
+    test = cst.parse_expression("args.bits == 4 and not args.quantize")
+    # `--quantize` may come through "$@": unknown, so the conjunction may be true or unknown
+    assert a.truth(test) == frozenset({True, UNKNOWN})
+    assert a.truth(cst.parse_expression("args.bits > 8")) == frozenset({False})
+
+
+def test_dataclass_defaults_and_keywords():
+    src = """
+    from dataclasses import dataclass, field
+    from transformers import BitsAndBytesConfig
+
+    @dataclass
+    class Config:
+        load_in_4bit: bool = True
+        storage: str = field(default="bfloat16")
+
+    cfg = Config(storage="uint8")
+    bnb = BitsAndBytesConfig(load_in_4bit=cfg.load_in_4bit, bnb_4bit_quant_storage=cfg.storage)
+    """
+    a = _analysis(src)
+    call, kw = _kw(a, "BitsAndBytesConfig", "load_in_4bit")
+    assert a.value(kw, call.scope) is True
+    assert a.value(a.keyword(call, "bnb_4bit_quant_storage"), call.scope) == "uint8"
