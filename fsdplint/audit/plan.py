@@ -28,6 +28,8 @@ class Unit:
     trainable_elems: list[int] = field(default_factory=list)
     trainable_bytes: list[int] = field(default_factory=list)
     grad_bytes: list[int] = field(default_factory=list)
+    # Tensors the rank's optimizer holds state for (one AdamW `step` each).
+    trainable_tensors: list[int] = field(default_factory=list)
     # Bytes while all-gathered for compute (in the mixed-precision param dtype if any).
     unsharded_bytes: int = 0
     # FSDP2 only: bytes of the real DTensor local shards on rank 0 (no padding).

@@ -156,12 +156,17 @@ def _account(unit: Unit, ws: int, use_orig: bool, spec: AuditSpec) -> None:
     unit.param_bytes = [chunk * item] * ws
     unit.local_param_bytes = [max(0, min(chunk, total - r * chunk)) * item for r in range(ws)]
     unit.quant_bytes = [0] * ws
-    unit.trainable_elems, unit.trainable_bytes = [], []
+    unit.trainable_elems, unit.trainable_bytes, unit.trainable_tensors = [], [], []
     for r in range(ws):
         lo, hi = r * chunk, (r + 1) * chunk
-        elems = sum(max(0, min(hi, e) - max(lo, s)) for s, e, rg, _ in ranges if rg)
+        parts = [max(0, min(hi, e) - max(lo, s)) for s, e, rg, _ in ranges if rg]
+        elems = sum(parts)
         unit.trainable_elems.append(elems)
         unit.trainable_bytes.append(elems * item)
+        # The optimizer sees one FlatParameter per unit; with use_orig_params the original
+        # parameters, of which those with no element in this rank's shard get no gradient
+        # (`_use_sharded_grad_views`) and so no optimizer state.
+        unit.trainable_tensors.append(sum(1 for n in parts if n) if use_orig else int(any_trainable))
     # One FlatParameter has one .grad: with any trainable param the whole shard gets a gradient.
     unit.grad_bytes = [chunk * item if any_trainable else 0] * ws
     mp = spec.fsdp.mixed_precision or {}

@@ -80,7 +80,7 @@ def plan_fsdp2(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
             groups = [g for g in [state._fsdp_param_group] if g is not None]
         unit = Unit(name=name, cls=cls, params=[])
         for attr in ("param_bytes", "local_param_bytes", "quant_bytes", "trainable_elems",
-                     "trainable_bytes", "grad_bytes"):
+                     "trainable_bytes", "grad_bytes", "trainable_tensors"):
             setattr(unit, attr, [0] * ws)
         for group in groups:
             try:
@@ -153,4 +153,6 @@ def _account(unit: Unit, info: ParamInfo, fp, ws: int, mp: dict) -> None:
             unit.trainable_elems[r] += elems[r]
             unit.trainable_bytes[r] += elems[r] * item
             unit.grad_bytes[r] += elems[r] * item
+            # Every rank's optimizer sees every trainable DTensor (empty local shards too).
+            unit.trainable_tensors[r] += 1
     unit.unsharded_bytes += unsharded
