@@ -1,9 +1,10 @@
 """The shard plan: which FSDP unit manages which parameter, and what each rank holds.
 
 FSDP2 is executed: the real `fully_shard` runs on the meta model under a fake
-process group of the requested world size (see `plan_fsdp2`). FSDP1 cannot be
-constructed without an accelerator, so its plan is computed with torch's own
-wrap-policy code (see `plan_fsdp1`).
+process group of the requested world size (see `plan_fsdp2`). The FSDP1 plan is
+computed with torch's own wrap-policy code, then `FullyShardedDataParallel` runs on
+a fake-tensor copy of the model and its flat parameters are checked against it
+(see `plan_fsdp1`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class Plan:
     reduce_dtype: Any = None
     use_orig_params: bool = False
     policy: str = ""
+    # FSDP1: why the executed plan was not used (torch refused, or its flat parameters differ).
+    mismatch: Optional[str] = None
 
     def unit_of(self, info: ParamInfo) -> list[Unit]:
         return [u for u in self.units if any(p is info for p in u.params)]

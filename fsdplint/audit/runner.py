@@ -65,9 +65,14 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
     notes = [f"checks target torch {tv} ({source})."]
     if act_note:
         notes.append(act_note)
-    if plan.version == 1:
-        notes.append("FSDP1 plan computed with torch's wrap-policy and flattening code, not executed "
-                     "(FullyShardedDataParallel needs an accelerator).")
+    if plan.version == 1 and plan.executed:
+        ranks = "rank 0" + (f" and rank {plan.world_size - 1}" if plan.world_size > 1 else "")
+        notes.append(f"FSDP1 plan executed: torch FullyShardedDataParallel (device_id=cpu) on a fake-tensor copy "
+                     f"of the model under a fake process group of {plan.world_size} ranks; its flat parameters "
+                     f"on {ranks} match the computed plan.")
+    elif plan.version == 1:
+        why = plan.mismatch or "torch refuses this plan (see the findings)"
+        notes.append(f"FSDP1 plan computed with torch's wrap-policy and flattening code, not executed: {why}.")
     else:
         notes.append(f"FSDP2 plan executed: torch fully_shard on the meta model under a fake process group "
                      f"of {plan.world_size} ranks.")
