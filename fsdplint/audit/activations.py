@@ -252,13 +252,32 @@ def estimate_activations(model, layer_classes: list[str], *, seq_len: int, micro
     return est
 
 
+def _checkpointing_on(base) -> bool:
+    # transformers 5 renamed gradient checkpointing to activation checkpointing (old names warn).
+    flag = getattr(type(base), "is_activation_checkpointing", None)
+    return bool(base.is_activation_checkpointing if flag is not None else getattr(base, "is_gradient_checkpointing", False))
+
+
+def _set_checkpointing(base, on: bool) -> None:
+    """transformers' own switch: non-reentrant `torch.utils.checkpoint` around every decoder layer."""
+    if hasattr(base, "activation_checkpointing_enable"):
+        if on:
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            base.activation_checkpointing_disable()
+    elif on:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        base.gradient_checkpointing_disable()
+
+
 def _measure(model, layer_classes, seq_len, micro_batch, checkpointing) -> ActivationEstimate:
     import torch
 
     wanted = set(layer_classes)
     layers = [m for _, m in model.named_modules() if type(m).__name__ in wanted]
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    gc_on = bool(getattr(base, "is_gradient_checkpointing", False))
+    gc_on = _checkpointing_on(base)
     ids = torch.zeros(micro_batch, seq_len, dtype=torch.long, device="meta")
     windows: dict = {}  # layer index -> [first op, last op] of its forward
     state: dict = {"trace": None, "forward": False}
@@ -277,28 +296,24 @@ def _measure(model, layer_classes, seq_len, micro_batch, checkpointing) -> Activ
 
     def run(trace):
         state["trace"], state["forward"] = trace, True
-        out = model(input_ids=ids, labels=ids, use_cache=False)
+        # Only the loss outlives the forward (as in transformers' Trainer): the logits are freed
+        # before the backward unless a script keeps the model output alive.
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         state["forward"] = False
         trace.forward_ops = trace.ops
-        out.loss.backward()
+        loss.backward()
 
     was_training = model.training
     try:
         model.train()
         if checkpointing != gc_on:
-            if checkpointing:
-                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                base.gradient_checkpointing_disable()
+            _set_checkpointing(base, checkpointing)
         trace, grads = trace_step(run, grads_of=model)
     finally:
         for h in hooks:
             h.remove()
         if checkpointing != gc_on:
-            if gc_on:
-                base.gradient_checkpointing_enable()
-            else:
-                base.gradient_checkpointing_disable()
+            _set_checkpointing(base, gc_on)
         model.train(was_training)
         for p in model.parameters():
             p.grad = None
