@@ -94,11 +94,14 @@ def estimate(plan: Plan, *, activations: Any = None, adamw_fused: bool = False) 
             f"kept whole on the module on every rank, FSDP does not flatten it"))
     grads = col("grad_bytes", rank) + rep_train
     grad_how = "trainable parameters only, sharded like their parameters, in the parameter dtype"
-    if plan.version == 1 and plan.use_orig_params:
-        grad_how = "computed: whole flat-parameter shard of every unit with a trainable parameter"
+    if plan.version == 1:
+        grad_how = "whole flat-parameter shard (padding included) of every unit with a trainable parameter"
     lines.append(MemoryLine("gradients", grads, grad_how))
-    lines.append(MemoryLine("AdamW state", 2 * (col("trainable_bytes", rank) + rep_train),
-                            "exp_avg + exp_avg_sq for trainable elements only, in the parameter dtype"))
+    adam_how = "exp_avg + exp_avg_sq for trainable elements only, in the parameter dtype"
+    if plan.version == 1 and not plan.use_orig_params:
+        adam_how = ("exp_avg + exp_avg_sq shaped like the rank's shard of each trainable FlatParameter "
+                    "(padding included), in the parameter dtype")
+    lines.append(MemoryLine("AdamW state", 2 * (col("trainable_bytes", rank) + rep_train), adam_how))
     n_steps = steps(rank) // STEP_BYTES
     if n_steps:
         what = ("one FlatParameter per unit with trainable parameters" if plan.version == 1 and not plan.use_orig_params

@@ -280,7 +280,9 @@ def _account(unit: Unit, ws: int, use_orig: bool, spec: AuditSpec) -> None:
         parts = [max(0, min(hi, e) - max(lo, s)) for s, e, rg, _ in ranges if rg]
         elems = sum(parts)
         unit.trainable_elems.append(elems)
-        unit.trainable_bytes.append(elems * item)
+        # AdamW keeps exp_avg/exp_avg_sq shaped like what it is given: the whole padded shard of a
+        # trainable FlatParameter, or (use_orig_params) the views of the original parameters.
+        unit.trainable_bytes.append(elems * item if use_orig else (chunk * item if any_trainable else 0))
         # The optimizer sees one FlatParameter per unit; with use_orig_params the original
         # parameters, of which those with no element in this rank's shard get no gradient
         # (`_use_sharded_grad_views`) and so no optimizer state.
