@@ -66,7 +66,8 @@ class PerRankMemoryOverBudget(Rule):
         else:
             when = (f"with activations for micro-batch {act.micro_batch} x seq {act.seq_len}"
                     f"{' and activation checkpointing' if act.checkpointing else ''}")
-            advice = " activation checkpointing, a smaller micro-batch," if not act.checkpointing else " a smaller micro-batch,"
+            advice = (" a smaller micro-batch," if act.checkpointing
+                      else " activation checkpointing, a smaller micro-batch,")
         ctx.report(self, f"rank {mem.rank} needs about {fmt_bytes(mem.total)} at world size {mem.world_size} "
                          f"({when}), over the {fmt_bytes(budget)} budget: {parts}. Use more ranks,{advice} "
                          f"smaller units, 4-bit base weights or CPU offload.", field="gpu_memory")

@@ -98,7 +98,8 @@ def test_adamw_state_and_step_counters_equal_a_real_optimizer_step(version, use_
     steps = [s["step"] for s in opt.state.values()]
     assert all(t.dtype == torch.float32 and t.device.type == "cpu" and t.numel() == 1 for t in steps)
     assert 4 * rank_column(result, "trainable_tensors", rank) == 4 * len(steps)
-    assert 2 * rank_column(result, "trainable_bytes", rank) == state_bytes(opt, "exp_avg") + state_bytes(opt, "exp_avg_sq")
+    adam = state_bytes(opt, "exp_avg") + state_bytes(opt, "exp_avg_sq")
+    assert 2 * rank_column(result, "trainable_bytes", rank) == adam
     if rank == result.memory.rank:
         line = result.memory.line("AdamW step counters")
         assert line.bytes == 4 * len(steps) and not line.on_device

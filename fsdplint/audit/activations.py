@@ -6,17 +6,20 @@ stops counting when it is freed. Meta tensors have sizes and no data, so this co
 and no memory, and it sees exactly what autograd saves for the dtypes, frozen weights and
 attention kernel in use. Parameter gradients are left out (the "gradients" line counts them).
 
-With activation checkpointing, transformers' own `gradient_checkpointing_enable` (non-reentrant,
-which is what FSDP's `apply_activation_checkpointing` and `fsdp_config.activation_checkpointing`
-do) wraps every decoder layer; its forward keeps only each layer's input and the backward
-recomputes one layer at a time.
+With activation checkpointing, transformers' own `activation_checkpointing_enable` (non-reentrant,
+as FSDP's `apply_activation_checkpointing` and `fsdp_config.activation_checkpointing` do) wraps
+every decoder layer; its forward keeps only each layer's input and the backward recomputes one
+layer at a time.
+
+Three kernels are stood in for on meta (see `_meta_kernels`), each allocating what the real one
+allocates: flash attention, `grouped_mm` outside bfloat16, and bitsandbytes' 4-bit matmul.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 
 @dataclass
@@ -53,14 +56,14 @@ def trace_step(run, *, grads_of=None) -> tuple[StepTrace, set]:
 
     Returns the trace and the record indices of parameter gradients in `grads_of`'s parameters.
     """
+    import weakref
+
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
     from torch.utils.weak import WeakIdKeyDictionary
 
     trace = StepTrace()
     index = WeakIdKeyDictionary()  # storage -> record index
-    import weakref
 
     class Tracker(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -92,7 +95,7 @@ def trace_step(run, *, grads_of=None) -> tuple[StepTrace, set]:
             return out
 
     refs: list = []
-    with _flash_on_meta(), Tracker():
+    with _meta_kernels(), Tracker():
         run(trace)
     grads = set()
     for p in (grads_of.parameters() if grads_of is not None else []):
@@ -104,11 +107,11 @@ def trace_step(run, *, grads_of=None) -> tuple[StepTrace, set]:
 
 
 @contextlib.contextmanager
-def _flash_on_meta():
+def _meta_kernels():
     """On meta, `scaled_dot_product_attention` decomposes into the math kernel, which keeps the
     seq x seq attention weights for backward; accelerators (and CPUs) run a flash kernel that keeps
     the output and its log-sum-exp only. Meta calls go to the flash kernel (its meta function) so the
-    step saves what a real one saves. A module attribute, not a TorchFunctionMode: the checkpoint
+    step saves what a real one saves. Module attributes, not a TorchFunctionMode: the checkpoint
     recompute runs in the backward, where a mode entered around the step is no longer active."""
     import torch
     import torch.nn.functional as F
@@ -162,8 +165,10 @@ def _meta_4bit_forward(forward):
 
         @staticmethod
         def backward(ctx, grad):
-            dequantized = grad.new_empty(ctx.weight_shape)  # noqa: F841 - live while grad_A is computed
-            return grad.new_empty((*grad.shape[:-1], ctx.weight_shape[1])), None
+            dequantized = grad.new_empty(ctx.weight_shape)  # live while the input's gradient is computed
+            grad_a = grad.new_empty((*grad.shape[:-1], ctx.weight_shape[1]))
+            del dequantized
+            return grad_a, None
 
     def call(self, x):
         w = self.weight
@@ -221,6 +226,7 @@ class ActivationEstimate:
     outside: int = 0  # kept outside the layers: embeddings, final norm, logits, loss
     backward: int = 0  # peak minus what the forward kept: gradients of activations, recompute
     other: Optional["ActivationEstimate"] = None  # the same step with checkpointing flipped
+    compute_dtype: Optional[str] = None  # the mixed-precision param dtype the step ran in, if any
 
     @property
     def kept(self) -> int:
@@ -231,7 +237,8 @@ class ActivationEstimate:
         from fsdplint.audit.memory import fmt_bytes
 
         tokens = self.micro_batch * self.seq_len
-        text = (f"{self.micro_batch} x {self.seq_len} = {tokens:,} tokens; kept by the forward: "
+        text = (f"{self.micro_batch} x {self.seq_len} = {tokens:,} tokens"
+                + (f" in {self.compute_dtype} (mixed precision)" if self.compute_dtype else "") + "; kept by the forward: "
                 f"{fmt_bytes(self.in_layers)} from the {self.layers} {self.layer_class or 'layers'} "
                 f"(largest {fmt_bytes(self.per_layer)}"
                 + (", checkpointed: their outputs only" if self.checkpointing else "")
@@ -254,8 +261,9 @@ def estimate_activations(model, layer_classes: list[str], *, seq_len: int, micro
 
 def _checkpointing_on(base) -> bool:
     # transformers 5 renamed gradient checkpointing to activation checkpointing (old names warn).
-    flag = getattr(type(base), "is_activation_checkpointing", None)
-    return bool(base.is_activation_checkpointing if flag is not None else getattr(base, "is_gradient_checkpointing", False))
+    if getattr(type(base), "is_activation_checkpointing", None) is not None:
+        return bool(base.is_activation_checkpointing)
+    return bool(getattr(base, "is_gradient_checkpointing", False))
 
 
 def _set_checkpointing(base, on: bool) -> None:

@@ -44,7 +44,7 @@ def estimate(plan: Plan, *, activations: Any = None, adamw_fused: bool = False) 
     rep_bytes = sum(p.storage_bytes for p in replicated)
     rep_train = sum(p.storage_bytes for p in replicated if p.requires_grad)
     rep_tensors = sum(1 for p in replicated if p.requires_grad)
-    four_bit = [p for u in plan.units for p in u.params if p.kind == "4bit"] + [p for p in replicated if p.kind == "4bit"]
+    four_bit = [p for p in [q for u in plan.units for q in u.params] + replicated if p.kind == "4bit"]
     quant_state = sum(p.quant_state_bytes for p in four_bit)
     act = activations.bytes if activations is not None else 0
     gathered = max((u.unsharded_bytes for u in plan.units), default=0)
@@ -115,7 +115,7 @@ def estimate(plan: Plan, *, activations: Any = None, adamw_fused: bool = False) 
         lines.append(MemoryLine(
             f"largest unit all-gathered ({largest.label})", gathered,
             "unsharded size of the biggest unit during its forward/backward"
-            + (f", in the mixed-precision param dtype" if plan.param_dtype else "")
+            + (", in the mixed-precision param dtype" if plan.param_dtype else "")
             + "; prefetch can hold the next unit too"
             + ("" if activations is not None else "; activations not included (give --seq-len)")))
     if activations is not None:

@@ -112,13 +112,36 @@ def _activations(spec: AuditSpec, built, wrap: list[str]):
 
     try:
         with quiet():
-            return estimate_activations(built.model, wrap, seq_len=t.seq_len, micro_batch=t.micro_batch,
-                                        checkpointing=t.activation_checkpointing), ""
+            model, cast = _compute_dtype_model(built.model, spec)
+            est = estimate_activations(model, wrap, seq_len=t.seq_len, micro_batch=t.micro_batch,
+                                       checkpointing=t.activation_checkpointing)
+            est.compute_dtype = cast
+            return est, ""
     except Exception as e:  # a model whose forward cannot run on meta: say so, audit the rest
         from fsdplint.audit.build import _one_line
 
         return None, (f"activations not estimated: the model's forward+backward did not run on the meta "
                       f"device ({type(e).__name__}: {_one_line(e)[:200]}).")
+
+
+def _compute_dtype_model(model, spec: AuditSpec):
+    """With a mixed-precision param dtype FSDP computes in it: a meta copy cast to it (4-bit weights as
+    they are), else the model itself."""
+    import copy
+
+    from fsdplint.audit.build import torch_dtype
+
+    name = (spec.fsdp.mixed_precision or {}).get("param_dtype")
+    dtype = torch_dtype(name)
+    floats = [p for p in model.parameters() if p.is_floating_point() and type(p).__name__ != "Params4bit"]
+    if dtype is None or all(p.dtype == dtype for p in floats):
+        return model, None
+    keep = {id(p): p for p in model.parameters() if type(p).__name__ == "Params4bit"}
+    twin = copy.deepcopy(model, keep)
+    for p in twin.parameters():
+        if p.is_floating_point() and type(p).__name__ != "Params4bit":
+            p.data = p.data.to(dtype)
+    return twin, name
 
 
 def _target_torch(spec: AuditSpec) -> tuple[str, str]:
