@@ -220,6 +220,9 @@ def test_activations_decide_fsdp017(tmp_path):
     assert "activation checkpointing" in f["message"]  # suggested, since it is off
     act = [ln for ln in report["memory"]["lines"] if ln["label"].startswith("activations")]
     assert act and report["memory"]["total_bytes"] > 2 * 2**20
+    terms = report["memory"]["activations"]
+    assert (terms["seq_len"], terms["micro_batch"], terms["activation_checkpointing"]) == (2048, 2, False)
+    assert terms["bytes"] == act[0]["bytes"] > terms["other_checkpointing_bytes"]
     with_ac = runner.invoke(main, [str(path), "--seq-len", "2048", "--micro-batch", "2",
                                    "--activation-checkpointing", "--output-format", "json"])
     ac_total = json.loads(with_ac.output)["memory"]["total_bytes"]

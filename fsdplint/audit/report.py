@@ -56,10 +56,22 @@ def to_json(result) -> dict:
             "lines": [{"label": ln.label, "bytes": ln.bytes, "how": ln.how, "on_device": ln.on_device}
                       for ln in mem.lines],
             "dtensor_local_bytes_rank0": mem.dtensor_local_bytes_rank0,
+            "activations": _activations_json(mem.activations),
         },
         "notes": result.notes,
         "findings": [f.to_json() for f in result.findings],
     }
+
+
+def _activations_json(act):
+    if act is None:
+        return None
+    return {"seq_len": act.seq_len, "micro_batch": act.micro_batch, "activation_checkpointing": act.checkpointing,
+            "bytes": act.bytes, "layers": act.layers, "layer_class": act.layer_class,
+            "kept_per_layer_bytes": act.per_layer, "kept_in_layers_bytes": act.in_layers,
+            "kept_outside_layers_bytes": act.outside, "backward_extra_bytes": act.backward,
+            "compute_dtype": act.compute_dtype,
+            "other_checkpointing_bytes": act.other.bytes if act.other is not None else None}
 
 
 def write_json(result, out: IO[str]) -> None:
