@@ -254,3 +254,42 @@ def test_fsdp1_plan_is_executed_and_matches_the_real_flat_parameters(extra):
     result = run_audit(spec_from_dict(spec(fsdp=fsdp, **extra), filename="x.json"))
     assert result.plan.executed and result.plan.mismatch is None
     assert any("FSDP1 plan executed" in n for n in result.notes)
+
+
+def test_4bit_qlora_activation_estimate_equals_a_real_bnb_step():
+    # The meta stand-in for bnb's 4-bit matmul against bnb's real CPU kernels, both counted by the
+    # same storage tracker (torch's MemTracker cannot hook the frozen base weights).
+    pytest.importorskip("bitsandbytes")
+    import bitsandbytes as bnb
+    import peft
+    from transformers import BitsAndBytesConfig
+    from transformers.quantizers import AutoHfQuantizer
+
+    from fsdplint.audit.activations import trace_step
+
+    quant = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "bfloat16",
+             "bnb_4bit_quant_storage": "bfloat16"}
+    s = spec(quantization=quant, dtype="bfloat16", fsdp={"ignored_params": "4bit"},
+             training={"seq_len": 128, "micro_batch": 2})
+    est = run_audit(spec_from_dict(s, filename="x.json")).memory.activations
+    model = real_model(dtype=torch.bfloat16, lora=False)
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = BitsAndBytesConfig(**dict(quant, bnb_4bit_quant_storage=torch.bfloat16,
+                                    bnb_4bit_compute_dtype=torch.bfloat16))
+    quantizer = AutoHfQuantizer.from_config(cfg)
+    quantizer.preprocess_model(model, device_map={"": "cpu"}, dtype=torch.bfloat16)
+    for name, mod in model.named_modules():
+        if isinstance(mod, bnb.nn.Linear4bit):
+            mod.weight = bnb.nn.Params4bit(weights[name + ".weight"], requires_grad=False, quant_type="nf4",
+                                           quant_storage=torch.bfloat16, module=mod).to("cpu")
+    quantizer.postprocess_model(model)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    model.train()
+    ids = torch.randint(0, 256, (2, 128))
+
+    def run(trace):
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+
+    trace, grads = trace_step(run, grads_of=model)
+    assert est.bytes == pytest.approx(trace.peak(exclude=grads), rel=0.10)
