@@ -135,34 +135,3 @@ def test_callback_checks_what_trainer_passes(lora_model):
 @pytest.mark.parametrize("ranks, text", [([0], "0"), ([0, 1, 2, 5], "0-2,5"), ([3, 1], "1,3")])
 def test_rank_ranges(ranks, text):
     assert ranges(ranks) == text
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="FSDP1 needs an accelerator (it refuses CPU-only machines)")
-def test_fsdp1_lora_policy_is_clean_and_late_lora_is_flagged(tmp_path):
-    import torch.distributed as dist
-    from peft import LoraConfig, get_peft_model, inject_adapter_in_model
-    from peft.utils.other import fsdp_auto_wrap_policy
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    if dist.is_initialized():
-        pytest.skip("another test left a process group open")
-    config = LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2,
-    )
-    lora = LoraConfig(r=8, target_modules=["q_proj", "v_proj"])
-    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        torch.cuda.set_device(0)
-        model = get_peft_model(LlamaForCausalLM(config), lora)
-        wrapped = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), device_id=0, use_orig_params=False)
-        optimizer = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad])
-        assert fsdplint.check(wrapped, optimizer) == []
-
-        late = FSDP(LlamaForCausalLM(config), device_id=0, use_orig_params=True)
-        late = inject_adapter_in_model(lora, late).cuda()
-        found = fsdplint.check(late, on_error="log")
-        assert [f.code for f in found] == ["FSDP101"]
-    finally:
-        dist.destroy_process_group()

@@ -1,4 +1,4 @@
-"""fsdplint.check inside real 2-process torchrun jobs (gloo, CPU, FSDP2, peft LoRA).
+"""fsdplint.check inside real 2-process torchrun jobs (gloo, CPU, FSDP2 and FSDP1, peft LoRA).
 
 The scenario job runs once per session; each test reads what every rank saw.
 Every launch has a timeout, so a rank stuck in a collective fails the test.
@@ -65,6 +65,8 @@ SCENARIOS = [
     "qlora_fsdp2",
     "empty_rank_shards",
     "replicated_adapter_synced",
+    "fsdp1_peft_policy",
+    "fsdp1_late_lora",
 ]
 
 
@@ -185,6 +187,22 @@ def test_adapters_synced_by_hand_are_not_flagged(ranks):
     # transformers' own pattern for adapters added to a model sharded at load time.
     r0, _ = result(ranks, "replicated_adapter_synced")
     assert not r0["raised"] and r0["findings"] == []
+
+
+def test_fsdp1_on_cpu_with_peft_policy_is_clean_and_trains(ranks):
+    # FullyShardedDataParallel runs on CPU with gloo and device_id=cpu: the guard checks real FSDP1 jobs.
+    r0, r1 = result(ranks, "fsdp1_peft_policy")
+    assert not r0["raised"] and r0["findings"] == []
+    losses = r0["extra"]["losses"]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert r1["extra"]["losses"] == losses
+
+
+def test_fsdp1_lora_injected_after_wrapping_is_fsdp101(ranks):
+    r0, r1 = result(ranks, "fsdp1_late_lora")
+    assert r0["extra"]["trainable_after_inject"] == 0  # peft itself left nothing trainable under FSDP1
+    assert r0["raised"] and r1["raised"] and r0["codes"] == ["FSDP101"]
+    assert "8 trainable adapter params" in only(r0, "FSDP101")["message"]
 
 
 def test_findings_use_the_shared_json_schema(ranks):

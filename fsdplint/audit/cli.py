@@ -28,6 +28,12 @@ from fsdplint.errors import FsdplintError
 @click.option("--wrap", metavar="CLASSES", help="Comma-separated module classes that become FSDP units.")
 @click.option("--use-orig-params/--no-use-orig-params", default=None, help="FSDP1 use_orig_params.")
 @click.option("--gpu-memory", metavar="SIZE", help="Per-GPU memory budget, e.g. 80GiB.")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence: estimate activations for it.")
+@click.option("--micro-batch", type=click.IntRange(min=1), help="Sequences per rank per step (default 1).")
+@click.option("--activation-checkpointing/--no-activation-checkpointing", default=None,
+              help="Checkpoint every decoder layer (non-reentrant) in the activation estimate.")
+@click.option("--adamw-fused/--no-adamw-fused", default=None,
+              help="AdamW(fused=True): its step counters live on the GPU (torch's default keeps them on the CPU).")
 @click.option("--torch-version", metavar="VERSION",
               help="Target torch version for version-dependent checks (default: as for scripts: "
                    "[tool.fsdplint], the project's requirements, else the installed torch).")

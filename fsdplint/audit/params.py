@@ -27,6 +27,9 @@ class ParamInfo:
     lora_reached: bool = False  # wrapped by a peft ParamWrapper (target_parameters)
     ignored: bool = False
     obj: Any = field(default=None, repr=False)
+    # 4-bit only: bytes of the bnb QuantState (absmax, code; nested: offset and the second state)
+    # a loaded weight carries next to its packed data.
+    quant_state_bytes: int = 0
 
     @property
     def itemsize(self) -> int:
@@ -70,6 +73,8 @@ def collect_params(model, built) -> list[ParamInfo]:
                     storage_numel=storage_numel, expert=_is_expert(mname, mod, p), obj=p,
                     lora_reached=id(p) in reached,
                 )
+                if kind == "4bit":
+                    info.quant_state_bytes = quant_state_bytes(p)
                 by_id[id(p)] = info
             elif fqn != info.fqn and fqn not in info.aliases:
                 info.aliases.append(fqn)
@@ -78,6 +83,54 @@ def collect_params(model, built) -> list[ParamInfo]:
     # `parameters()` order is the order FSDP flattens in.
     order = {id(p): i for i, p in enumerate(model.parameters())}
     return sorted(by_id.values(), key=lambda i: order.get(id(i.obj), len(order)))
+
+
+_QUANT_STATE_CACHE: dict = {}
+
+
+def quant_state_bytes(p) -> int:
+    """Bytes of the QuantState bitsandbytes creates when it quantizes the (meta) Params4bit `p`.
+
+    bnb's own `quantize_4bit` runs on a meta tensor of the weight's shape with the parameter's
+    blocksize, quant type, storage and double quantization, and the tensors of the state it returns
+    are summed: one float32 absmax per block and a copy of the 16-value code; with
+    `compress_statistics` (bnb_4bit_use_double_quant) uint8 absmax, a float32 offset and a nested
+    state (float32 absmax per 256 blocks, a copy of the 256-value dynamic code).
+    """
+    import torch
+
+    shape = tuple(p.shape)
+    if getattr(p, "bnb_quantized", False) and getattr(p, "quant_state", None) is not None:
+        shape = tuple(p.quant_state.shape)
+    key = (shape, p.dtype, getattr(p, "blocksize", 64), bool(getattr(p, "compress_statistics", False)),
+           getattr(p, "quant_type", "fp4"), getattr(p, "quant_storage", torch.uint8))
+    if key not in _QUANT_STATE_CACHE:
+        import bitsandbytes.functional as bnbf
+
+        dtype = p.dtype if p.dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.bfloat16
+        saved = dict(bnbf.name2qmap)  # bnb caches its dynamic map per device: keep meta out of it
+        try:
+            _, state = bnbf.quantize_4bit(torch.empty(shape, dtype=dtype, device="meta"), blocksize=key[2],
+                                          compress_statistics=key[3], quant_type=key[4], quant_storage=key[5])
+        finally:
+            bnbf.name2qmap.clear()
+            bnbf.name2qmap.update(saved)
+        _QUANT_STATE_CACHE[key] = sum(t.numel() * t.element_size() for t in _state_tensors(state))
+    return _QUANT_STATE_CACHE[key]
+
+
+def _state_tensors(state) -> list:
+    """The distinct tensors of a bnb QuantState, nested state included."""
+    import torch
+
+    out, seen = [], set()
+    while state is not None:
+        for t in (state.absmax, state.code, state.offset):
+            if isinstance(t, torch.Tensor) and id(t) not in seen:
+                seen.add(id(t))
+                out.append(t)
+        state = state.state2
+    return out
 
 
 def _is_expert(mname: str, mod, p) -> bool:

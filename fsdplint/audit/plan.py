@@ -1,9 +1,10 @@
 """The shard plan: which FSDP unit manages which parameter, and what each rank holds.
 
 FSDP2 is executed: the real `fully_shard` runs on the meta model under a fake
-process group of the requested world size (see `plan_fsdp2`). FSDP1 cannot be
-constructed without an accelerator, so its plan is computed with torch's own
-wrap-policy code (see `plan_fsdp1`).
+process group of the requested world size (see `plan_fsdp2`). The FSDP1 plan is
+computed with torch's own wrap-policy code, then `FullyShardedDataParallel` runs on
+a fake-tensor copy of the model and its flat parameters are checked against it
+(see `plan_fsdp1`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Unit:
     trainable_elems: list[int] = field(default_factory=list)
     trainable_bytes: list[int] = field(default_factory=list)
     grad_bytes: list[int] = field(default_factory=list)
+    # Tensors the rank's optimizer holds state for (one AdamW `step` each).
+    trainable_tensors: list[int] = field(default_factory=list)
     # Bytes while all-gathered for compute (in the mixed-precision param dtype if any).
     unsharded_bytes: int = 0
     # FSDP2 only: bytes of the real DTensor local shards on rank 0 (no padding).
@@ -69,6 +72,8 @@ class Plan:
     reduce_dtype: Any = None
     use_orig_params: bool = False
     policy: str = ""
+    # FSDP1: why the executed plan was not used (torch refused, or its flat parameters differ).
+    mismatch: Optional[str] = None
 
     def unit_of(self, info: ParamInfo) -> list[Unit]:
         return [u for u in self.units if any(p is info for p in u.params)]

@@ -1,14 +1,20 @@
-"""Compute (not execute) the FSDP1 plan with torch's own wrap-policy and flattening code.
+"""The FSDP1 plan: computed with torch's own wrap-policy and flattening code, then executed.
 
-`FullyShardedDataParallel` refuses to construct without an accelerator, so the plan is
-derived the way its `__init__` derives it: the auto-wrap policy picks the units
-(`_Policy._run_policy`, or `_recursive_wrap` for callable policies such as peft's
-`fsdp_auto_wrap_policy`), each unit claims its not-yet-claimed parameters in post-order
-into one flat parameter, and FSDP1's own checks run on each flat parameter.
+The plan is derived the way `FullyShardedDataParallel.__init__` derives it: the auto-wrap
+policy picks the units (`_Policy._run_policy`, or `_recursive_wrap` for callable policies such
+as peft's `fsdp_auto_wrap_policy`), each unit claims its not-yet-claimed parameters in
+post-order into one flat parameter, and FSDP1's own checks run on each flat parameter. Those
+checks give torch's errors as findings.
+
+When torch accepts the plan, `FullyShardedDataParallel` itself then runs on a copy of the model
+(`device_id=cpu`, parameters as fake CPU tensors: no memory) under a fake process group, as
+rank 0 and as the last rank, and the real FlatParameters it builds must match the computed
+units: same parameters, same padded shard, same real elements, same tensors with optimizer state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import types
@@ -17,6 +23,20 @@ from fsdplint.audit.build import _one_line
 from fsdplint.audit.params import ParamInfo
 from fsdplint.audit.plan import Plan, PlanProblem, Unit, wrap_modules
 from fsdplint.audit.spec import AuditSpec
+
+
+@contextlib.contextmanager
+def _wrap_env(classes: list[str]):
+    """peft's `fsdp_auto_wrap_policy` reads the classes to wrap from the environment (as accelerate sets it)."""
+    old = os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP")
+    os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = ",".join(classes)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("FSDP_TRANSFORMER_CLS_TO_WRAP", None)
+        else:
+            os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = old
 
 
 def _units_from_policy(model, wrap_classes, spec: AuditSpec, ignored_params) -> tuple[set, list[str]]:
@@ -36,15 +56,8 @@ def _units_from_policy(model, wrap_classes, spec: AuditSpec, ignored_params) -> 
         mods, unmatched = wrap_modules(model, wrap_classes)
         if not mods:  # peft raises TypeError("Could not find the transformer layer class ..."): FSDP003
             return set(), unmatched
-        old = os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP")
-        os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = ",".join(c for c in wrap_classes if c not in unmatched)
-        try:
+        with _wrap_env([c for c in wrap_classes if c not in unmatched]):
             policy = fsdp_auto_wrap_policy(model)
-        finally:
-            if old is None:
-                os.environ.pop("FSDP_TRANSFORMER_CLS_TO_WRAP", None)
-            else:
-                os.environ["FSDP_TRANSFORMER_CLS_TO_WRAP"] = old
     else:
         policy = functools.partial(size_based_auto_wrap_policy, min_num_params=spec.fsdp.min_num_params)
     chosen = []
@@ -100,12 +113,115 @@ def plan_fsdp1(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
     mp = spec.fsdp.mixed_precision or {}
     from fsdplint.audit.build import torch_dtype
 
+    executed, mismatch = False, None
+    if not problems:
+        mismatch = _execute(model, units, ignored, wrap_classes, unmatched, spec)
+        executed = mismatch is None
     return Plan(
-        version=1, world_size=ws, executed=False, units=units, wrap_classes=list(wrap_classes),
+        version=1, world_size=ws, executed=executed, units=units, wrap_classes=list(wrap_classes),
         wrap_unmatched=unmatched, ignored=ignored, unmanaged=[], split_shared=split, problems=problems,
         param_dtype=torch_dtype(mp.get("param_dtype")), reduce_dtype=torch_dtype(mp.get("reduce_dtype")),
-        use_orig_params=use_orig, policy=spec.fsdp.auto_wrap_policy,
+        use_orig_params=use_orig, policy=spec.fsdp.auto_wrap_policy, mismatch=mismatch,
     )
+
+
+def _execute(model, units: list[Unit], ignored: list[ParamInfo], wrap_classes, unmatched, spec: AuditSpec):
+    """Build the real FSDP1 wrapper on a fake-tensor copy of `model`; None when it matches `units`,
+    else what differs (or why it could not run)."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import MixedPrecision
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+
+    from fsdplint.audit.build import torch_dtype
+    from fsdplint.audit.plan_fsdp2 import fake_process_group
+
+    ws = spec.fsdp.world_size
+    by_name = {}
+    for u in units:
+        for p in u.params:
+            for n in (p.fqn, *p.aliases):
+                by_name[n] = p
+    ranks = sorted({0, ws - 1})
+    try:
+        for rank in ranks:
+            # A 4-bit weight becomes what FSDP1 sees once loaded: its packed storage, not the meta
+            # shape (and bnb's Params4bit cannot be deep-copied on meta).
+            memo = {id(p.obj): torch.nn.Parameter(torch.empty((p.storage_numel, 1), dtype=p.storage_dtype,
+                                                              device="meta"), requires_grad=False)
+                    for p in [q for u in units for q in u.params] + ignored if p.kind == "4bit"}
+            twin = copy.deepcopy(model, memo)
+            twin_of = dict(zip((id(p) for p in model.parameters()), twin.parameters()))
+            fake_process_group(ws, rank)
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                twin.to_empty(device="cpu")
+                kwargs = {"device_id": torch.device("cpu"), "use_orig_params": spec.fsdp.use_orig_params,
+                          "ignored_states": [twin_of[id(p.obj)] for p in ignored] or None}
+                mp = spec.fsdp.mixed_precision or {}
+                if mp:
+                    kwargs["mixed_precision"] = MixedPrecision(param_dtype=torch_dtype(mp.get("param_dtype")),
+                                                               reduce_dtype=torch_dtype(mp.get("reduce_dtype")))
+                policy = spec.fsdp.auto_wrap_policy
+                if policy == "transformer":
+                    classes = {type(m) for m in twin.modules() if type(m).__name__ in set(wrap_classes)}
+                    kwargs["auto_wrap_policy"] = ModuleWrapPolicy(classes)
+                elif policy == "size":
+                    kwargs["auto_wrap_policy"] = functools.partial(size_based_auto_wrap_policy,
+                                                                   min_num_params=spec.fsdp.min_num_params)
+                if policy == "peft":
+                    from peft.utils.other import fsdp_auto_wrap_policy
+
+                    with _wrap_env([c for c in wrap_classes if c not in unmatched]):
+                        kwargs["auto_wrap_policy"] = fsdp_auto_wrap_policy(twin)
+                wrapped = FSDP(twin, **kwargs)
+            diff = _compare(wrapped, units, by_name, rank)
+            if diff:
+                return diff
+    except Exception as e:  # torch refused something the computed plan accepted: keep the computed plan
+        return f"FullyShardedDataParallel raised {type(e).__name__}: {_one_line(e)}"
+    finally:
+        if dist.is_initialized() and dist.get_rank() != 0:
+            fake_process_group(ws, 0)
+    return None
+
+
+def _compare(wrapped, units: list[Unit], by_name: dict, rank: int):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    by_label = {u.name: u for u in units}
+    seen = set()
+    for name, mod in wrapped.named_modules():
+        if not isinstance(mod, FSDP) or mod._handle is None:
+            continue
+        label = name.replace("_fsdp_wrapped_module.", "").replace("._fsdp_wrapped_module", "")
+        label = "" if label == "_fsdp_wrapped_module" else label
+        unit = by_label.get(label)
+        flat = mod._handle.flat_param
+        members = {id(by_name.get(f"{label}.{f}" if label else f)) for f in flat._fqns}
+        if unit is None or members != {id(p) for p in unit.params}:
+            return f"unit {label or '(root)'}: FSDP1 flattened other parameters than computed"
+        seen.add(label)
+        item = flat.dtype.itemsize
+        chunk = flat.numel()
+        real = sum(info.numel_in_shard or 0 for info in flat._shard_param_infos if info.in_shard)
+        if flat._params is not None:  # use_orig_params: the originals with elements in this shard
+            tensors = sum(1 for p, info in zip(flat._params, flat._shard_param_infos)
+                          if info.in_shard and p.requires_grad)
+        else:
+            tensors = int(flat.requires_grad)
+        got = (chunk * item, real * item, tensors)
+        want = (unit.param_bytes[rank], unit.local_param_bytes[rank], unit.trainable_tensors[rank])
+        if got != want:
+            return (f"unit {unit.label} on rank {rank}: FlatParameter shard {got[0]} B ({got[1]} B real, "
+                    f"{got[2]} tensors with optimizer state), computed {want[0]} B ({want[1]} B, {want[2]})")
+    missing = [u.label for u in units if u.params and u.name not in seen]
+    if missing:
+        return f"unit {missing[0]}: FSDP1 built no flat parameter for it"
+    return None
 
 
 def _check_unit(unit: Unit, use_orig: bool, FlatParamHandle, torch):
@@ -154,14 +270,23 @@ def _account(unit: Unit, ws: int, use_orig: bool, spec: AuditSpec) -> None:
     item = unit.params[0].storage_dtype.itemsize if unit.params else 0
     any_trainable = any(p.requires_grad for p in unit.params)
     unit.param_bytes = [chunk * item] * ws
-    unit.local_param_bytes = [max(0, min(chunk, total - r * chunk)) * item for r in range(ws)]
+    # Parameter elements only: the alignment (use_orig_params) and end padding are "shard padding".
+    unit.local_param_bytes = [sum(max(0, min((r + 1) * chunk, e) - max(r * chunk, s)) for s, e, _, _ in ranges)
+                              * item for r in range(ws)]
     unit.quant_bytes = [0] * ws
-    unit.trainable_elems, unit.trainable_bytes = [], []
+    unit.trainable_elems, unit.trainable_bytes, unit.trainable_tensors = [], [], []
     for r in range(ws):
         lo, hi = r * chunk, (r + 1) * chunk
-        elems = sum(max(0, min(hi, e) - max(lo, s)) for s, e, rg, _ in ranges if rg)
+        parts = [max(0, min(hi, e) - max(lo, s)) for s, e, rg, _ in ranges if rg]
+        elems = sum(parts)
         unit.trainable_elems.append(elems)
-        unit.trainable_bytes.append(elems * item)
+        # AdamW keeps exp_avg/exp_avg_sq shaped like what it is given: the whole padded shard of a
+        # trainable FlatParameter, or (use_orig_params) the views of the original parameters.
+        unit.trainable_bytes.append(elems * item if use_orig else (chunk * item if any_trainable else 0))
+        # The optimizer sees one FlatParameter per unit; with use_orig_params the original
+        # parameters, of which those with no element in this rank's shard get no gradient
+        # (`_use_sharded_grad_views`) and so no optimizer state.
+        unit.trainable_tensors.append(sum(1 for n in parts if n) if use_orig else int(any_trainable))
     # One FlatParameter has one .grad: with any trainable param the whole shard gets a gradient.
     unit.grad_bytes = [chunk * item if any_trainable else 0] * ws
     mp = spec.fsdp.mixed_precision or {}

@@ -17,8 +17,8 @@ _ERROR_CODES = (
 )
 
 
-def fake_process_group(world_size: int) -> None:
-    """A `fake` backend default group of `world_size` ranks, this process being rank 0."""
+def fake_process_group(world_size: int, rank: int = 0) -> None:
+    """A `fake` backend default group of `world_size` ranks, this process being `rank`."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -26,10 +26,10 @@ def fake_process_group(world_size: int) -> None:
         if dist.get_backend() != "fake":
             raise AuditInputError("a real torch.distributed process group is already initialised; "
                                   "run the model audit in its own process")
-        if dist.get_world_size() == world_size:
+        if dist.get_world_size() == world_size and dist.get_rank() == rank:
             return
         dist.destroy_process_group()
-    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
 
 
 def plan_fsdp2(model, params: list[ParamInfo], wrap_classes: list[str], spec: AuditSpec) -> Plan:
@@ -80,7 +80,7 @@ def plan_fsdp2(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
             groups = [g for g in [state._fsdp_param_group] if g is not None]
         unit = Unit(name=name, cls=cls, params=[])
         for attr in ("param_bytes", "local_param_bytes", "quant_bytes", "trainable_elems",
-                     "trainable_bytes", "grad_bytes"):
+                     "trainable_bytes", "grad_bytes", "trainable_tensors"):
             setattr(unit, attr, [0] * ws)
         for group in groups:
             try:
@@ -153,4 +153,6 @@ def _account(unit: Unit, info: ParamInfo, fp, ws: int, mp: dict) -> None:
             unit.trainable_elems[r] += elems[r]
             unit.trainable_bytes[r] += elems[r] * item
             unit.grad_bytes[r] += elems[r] * item
+            # Every rank's optimizer sees every trainable DTensor (empty local shards too).
+            unit.trainable_tensors[r] += 1
     unit.unsharded_bytes += unsharded

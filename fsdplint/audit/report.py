@@ -53,12 +53,25 @@ def to_json(result) -> dict:
             "world_size": mem.world_size,
             "total_bytes": mem.total,
             "budget_bytes": result.spec.gpu_memory,
-            "lines": [{"label": ln.label, "bytes": ln.bytes, "how": ln.how} for ln in mem.lines],
+            "lines": [{"label": ln.label, "bytes": ln.bytes, "how": ln.how, "on_device": ln.on_device}
+                      for ln in mem.lines],
             "dtensor_local_bytes_rank0": mem.dtensor_local_bytes_rank0,
+            "activations": _activations_json(mem.activations),
         },
         "notes": result.notes,
         "findings": [f.to_json() for f in result.findings],
     }
+
+
+def _activations_json(act):
+    if act is None:
+        return None
+    return {"seq_len": act.seq_len, "micro_batch": act.micro_batch, "activation_checkpointing": act.checkpointing,
+            "bytes": act.bytes, "layers": act.layers, "layer_class": act.layer_class,
+            "kept_per_layer_bytes": act.per_layer, "kept_in_layers_bytes": act.in_layers,
+            "kept_outside_layers_bytes": act.outside, "backward_extra_bytes": act.backward,
+            "compute_dtype": act.compute_dtype,
+            "other_checkpointing_bytes": act.other.bytes if act.other is not None else None}
 
 
 def write_json(result, out: IO[str]) -> None:
@@ -100,13 +113,13 @@ def write_text(result, out: IO[str], *, color: bool = False, max_units: int = 12
     console.print(t)
     if plan.ignored or plan.unmanaged:
         console.print(f"ignored params: {len(plan.ignored)}; params outside every unit: {len(plan.unmanaged)}")
-    t = Table(title=f"Memory per rank (rank {mem.rank} of {mem.world_size}, before activations)",
-              title_justify="left")
+    when = "with activations" if mem.activations is not None else "before activations"
+    t = Table(title=f"Memory per rank (rank {mem.rank} of {mem.world_size}, {when})", title_justify="left")
     t.add_column("what")
     t.add_column("bytes", justify="right")
     t.add_column("how computed")
     for ln in mem.lines:
-        t.add_row(ln.label, fmt_bytes(ln.bytes), ln.how)
+        t.add_row(ln.label, fmt_bytes(ln.bytes) + ("" if ln.on_device else " (host)"), ln.how)
     budget = f" of {fmt_bytes(result.spec.gpu_memory)}" if result.spec.gpu_memory else ""
     t.add_row("[bold]total[/bold]", f"[bold]{fmt_bytes(mem.total)}[/bold]{budget}", "")
     console.print(t)

@@ -40,6 +40,7 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
     params = collect_params(built.model, built)
     mark_ignored(params, spec.fsdp.ignored_params)
     wrap = spec.fsdp.wrap if spec.fsdp.wrap is not None else built.no_split_modules
+    activations, act_note = _activations(spec, built, wrap)
     with quiet():
         if spec.fsdp.version == 1:
             from fsdplint.audit.plan_fsdp1 import plan_fsdp1
@@ -49,7 +50,7 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
             from fsdplint.audit.plan_fsdp2 import plan_fsdp2
 
             plan = plan_fsdp2(built.model, params, wrap, spec)
-    memory = estimate(plan)
+    memory = estimate(plan, activations=activations, adamw_fused=spec.training.adamw_fused)
     tv, source = _target_torch(spec)
     ctx = AuditContext(spec=spec, built=built, params=params, plan=plan, memory=memory,
                        torch_version=tv, torch_version_source=source, selected=select)
@@ -62,9 +63,16 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
                 ctx.report("FSDP901", f"rule {rule.code} ({rule.name}) failed on this model: {detail}")
     findings = sorted(ctx.findings, key=lambda f: (f.severity.rank, f.code, f.message))
     notes = [f"checks target torch {tv} ({source})."]
-    if plan.version == 1:
-        notes.append("FSDP1 plan computed with torch's wrap-policy and flattening code, not executed "
-                     "(FullyShardedDataParallel needs an accelerator).")
+    if act_note:
+        notes.append(act_note)
+    if plan.version == 1 and plan.executed:
+        ranks = "rank 0" + (f" and rank {plan.world_size - 1}" if plan.world_size > 1 else "")
+        notes.append(f"FSDP1 plan executed: torch FullyShardedDataParallel (device_id=cpu) on a fake-tensor copy "
+                     f"of the model under a fake process group of {plan.world_size} ranks; its flat parameters "
+                     f"on {ranks} match the computed plan.")
+    elif plan.version == 1:
+        why = plan.mismatch or "torch refuses this plan (see the findings)"
+        notes.append(f"FSDP1 plan computed with torch's wrap-policy and flattening code, not executed: {why}.")
     else:
         notes.append(f"FSDP2 plan executed: torch fully_shard on the meta model under a fake process group "
                      f"of {plan.world_size} ranks.")
@@ -92,6 +100,48 @@ def audit_from_dicts(model: Any, *, lora: Optional[dict] = None, quantization: O
     base = Path(model).parent if isinstance(model, str) else Path.cwd()
     spec = spec_from_dict(data, filename=filename, base_dir=base, locations=locations)
     return run_audit(spec, select=select)
+
+
+def _activations(spec: AuditSpec, built, wrap: list[str]):
+    """The activation estimate for `spec.training`, or (None, why not). Runs before FSDP touches the model."""
+    t = spec.training
+    if not t.seq_len:
+        return None, ""
+    from fsdplint.audit.activations import estimate_activations
+    from fsdplint.audit.env import quiet
+
+    try:
+        with quiet():
+            model, cast = _compute_dtype_model(built.model, spec)
+            est = estimate_activations(model, wrap, seq_len=t.seq_len, micro_batch=t.micro_batch,
+                                       checkpointing=t.activation_checkpointing)
+            est.compute_dtype = cast
+            return est, ""
+    except Exception as e:  # a model whose forward cannot run on meta: say so, audit the rest
+        from fsdplint.audit.build import _one_line
+
+        return None, (f"activations not estimated: the model's forward+backward did not run on the meta "
+                      f"device ({type(e).__name__}: {_one_line(e)[:200]}).")
+
+
+def _compute_dtype_model(model, spec: AuditSpec):
+    """With a mixed-precision param dtype FSDP computes in it: a meta copy cast to it (4-bit weights as
+    they are), else the model itself."""
+    import copy
+
+    from fsdplint.audit.build import torch_dtype
+
+    name = (spec.fsdp.mixed_precision or {}).get("param_dtype")
+    dtype = torch_dtype(name)
+    floats = [p for p in model.parameters() if p.is_floating_point() and type(p).__name__ != "Params4bit"]
+    if dtype is None or all(p.dtype == dtype for p in floats):
+        return model, None
+    keep = {id(p): p for p in model.parameters() if type(p).__name__ == "Params4bit"}
+    twin = copy.deepcopy(model, keep)
+    for p in twin.parameters():
+        if p.is_floating_point() and type(p).__name__ != "Params4bit":
+            p.data = p.data.to(dtype)
+    return twin, name
 
 
 def _target_torch(spec: AuditSpec) -> tuple[str, str]:

@@ -10,7 +10,8 @@ An audit spec bundles four sections::
       "quantization": {"load_in_4bit": true, "bnb_4bit_quant_storage": "bfloat16"},
       "fsdp": {"version": 2, "world_size": 8, "wrap": ["LlamaDecoderLayer"],
                "mixed_precision": {"param_dtype": "bfloat16"}, "ignored_params": "4bit"},
-      "gpu_memory": "80GiB"
+      "gpu_memory": "80GiB",
+      "training": {"seq_len": 4096, "micro_batch": 2, "activation_checkpointing": true}
     }
 
 Parsing never imports torch: dtypes stay strings until the model is built.
@@ -47,7 +48,8 @@ _DTYPE_ALIASES = {
 }
 _STORAGE_DTYPES = dict(_DTYPE_ALIASES, uint8="uint8", **{"torch.uint8": "uint8"})
 
-SPEC_SECTIONS = ("model", "dtype", "lora", "quantization", "fsdp", "gpu_memory", "trust_remote_code")
+SPEC_SECTIONS = ("model", "dtype", "lora", "quantization", "fsdp", "gpu_memory", "trust_remote_code", "training")
+TRAINING_KEYS = ("seq_len", "micro_batch", "activation_checkpointing", "adamw_fused")
 FSDP_KEYS = (
     "version", "world_size", "wrap", "use_orig_params", "mixed_precision", "mp_policy", "ignored_params",
     "reshard_after_forward", "shard_root", "auto_wrap_policy", "min_num_params", "torch",
@@ -83,6 +85,18 @@ class FsdpSpec:
 
 
 @dataclass
+class TrainingSpec:
+    """One training step's shape, for the activation estimate and the optimizer's placement."""
+
+    seq_len: Optional[int] = None  # None: activations are not estimated
+    micro_batch: int = 1
+    activation_checkpointing: bool = False
+    # AdamW(fused=True) (transformers' default optim with torch >= 2.8) keeps `step` on the GPU;
+    # torch's default keeps it on the CPU.
+    adamw_fused: bool = False
+
+
+@dataclass
 class AuditSpec:
     """A validated audit request. `filename` is where findings point."""
 
@@ -98,6 +112,7 @@ class AuditSpec:
     quantization: Optional[dict] = None
     fsdp: FsdpSpec = field(default_factory=FsdpSpec)
     gpu_memory: Optional[int] = None
+    training: TrainingSpec = field(default_factory=TrainingSpec)
     # The source text, to point findings at the line of a key.
     text: str = ""
     # Known positions of fields, e.g. {"lora.target_modules": (12, 5)} from a training script.
@@ -239,7 +254,27 @@ def spec_from_dict(data: Mapping, *, filename: str = "<spec>", base_dir: Optiona
     spec.fsdp = _parse_fsdp(data.get("fsdp") or {}, where)
     if data.get("gpu_memory") is not None:
         spec.gpu_memory = parse_size(data["gpu_memory"], f"{where}: gpu_memory")
+    spec.training = _parse_training(data.get("training") or {}, where)
     return spec
+
+
+def _parse_training(t: Any, where: str) -> TrainingSpec:
+    if not isinstance(t, dict):
+        raise AuditInputError(f"{where}: training: expected an object, got {t!r}")
+    unknown = sorted(set(t) - set(TRAINING_KEYS))
+    if unknown:
+        raise AuditInputError(f"{where}: training: unknown key {unknown[0]!r} (expected {', '.join(TRAINING_KEYS)})")
+    s = TrainingSpec()
+    w = f"{where}: training"
+    if t.get("seq_len") is not None:
+        s.seq_len = _int(t["seq_len"], f"{w}.seq_len")
+    if t.get("micro_batch") is not None:
+        s.micro_batch = _int(t["micro_batch"], f"{w}.micro_batch")
+    if "activation_checkpointing" in t:
+        s.activation_checkpointing = _bool(t["activation_checkpointing"], f"{w}.activation_checkpointing")
+    if "adamw_fused" in t:
+        s.adamw_fused = _bool(t["adamw_fused"], f"{w}.adamw_fused")
+    return s
 
 
 def _bool(v: Any, where: str) -> bool:
@@ -525,6 +560,14 @@ def apply_overrides(spec: AuditSpec, o: Mapping[str, Any]) -> None:
         spec.fsdp.use_orig_params = bool(o["use_orig_params"])
     if o.get("gpu_memory") is not None:
         spec.gpu_memory = parse_size(o["gpu_memory"], f"{where}: --gpu-memory")
+    if o.get("seq_len") is not None:
+        spec.training.seq_len = _int(o["seq_len"], f"{where}: --seq-len")
+    if o.get("micro_batch") is not None:
+        spec.training.micro_batch = _int(o["micro_batch"], f"{where}: --micro-batch")
+    if o.get("activation_checkpointing") is not None:
+        spec.training.activation_checkpointing = bool(o["activation_checkpointing"])
+    if o.get("adamw_fused") is not None:
+        spec.training.adamw_fused = bool(o["adamw_fused"])
     if o.get("torch_version"):
         if not re.fullmatch(r"\d+\.\d+(\.\d+)?", str(o["torch_version"])):
             raise AuditInputError(f"{where}: --torch-version: expected a version such as 2.6, "

@@ -145,10 +145,38 @@ def replicated_adapter_synced():
     return model, None, {}
 
 
+def fsdp1_peft_policy():
+    # FSDP1 on CPU: gloo, device_id=cpu; peft's policy gives every LoRA leaf its own unit.
+    from peft.utils.other import fsdp_auto_wrap_policy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    model = tiny.add_lora(tiny.base_model())
+    wrapped = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), device_id=torch.device("cpu"),
+                   use_orig_params=False)
+    opt = torch.optim.AdamW(trainable(wrapped), lr=1e-2)
+    return wrapped, opt, {"after": lambda: {"losses": tiny.train_steps(wrapped, opt)}}
+
+
+def fsdp1_late_lora():
+    from peft import LoraConfig, inject_adapter_in_model
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    late = FSDP(tiny.base_model(), device_id=torch.device("cpu"), use_orig_params=True)
+    late = inject_adapter_in_model(LoraConfig(r=8, target_modules=["q_proj", "v_proj"]), late)
+    # peft matches adapter names from named_modules() (with FSDP1's `_fsdp_wrapped_module.`) against
+    # named_parameters() (without it), so it freezes the new adapters too; the script then unfreezes
+    # them by name, as training scripts do.
+    frozen_by_peft = sum(p.requires_grad for p in late.parameters())
+    for name, p in late.named_parameters():
+        if "lora_" in name:
+            p.requires_grad_(True)
+    return late, None, {"after_any": lambda: {"trainable_after_inject": frozen_by_peft}}
+
+
 SCENARIOS = {f.__name__: f for f in [
     correct, after_eval_forward, lora_after_wrap, forgot_root_unit, ignored_trainable, stale_optimizer, diverged_hsdp,
     same_init_hsdp, diverged_before_wrap, different_rank_configs, mixed_dtype, qlora_fsdp2,
-    empty_rank_shards, replicated_adapter_synced,
+    empty_rank_shards, replicated_adapter_synced, fsdp1_peft_policy, fsdp1_late_lora,
 ]}
 
 
