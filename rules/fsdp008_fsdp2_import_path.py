@@ -61,7 +61,9 @@ class Fsdp2ImportPath(Rule):
 
     ## Versions
     torch 2.4 and 2.5. The target version comes from the project (lock file, requirements, pyproject,
-    `[tool.fsdplint]`), or the installed torch; the message says which one was used.
+    `[tool.fsdplint]`), or the installed torch; the message says which one was used. A project that
+    declares no torch and has none installed is not judged on a guess: its unguarded import of the public
+    FSDP2 path is itself what it needs (torch >= 2.6), so nothing is reported.
 
     ## References
     - pytorch `torch/distributed/fsdp/__init__.py` (FSDP2 exports, torch 2.6)
@@ -101,6 +103,13 @@ class Fsdp2ImportPath(Rule):
         else:
             from torch.distributed._composable.fsdp import fully_shard
         """,
+        # No torch floor declared and none installed: the module's own unguarded FSDP2 import is what it
+        # needs (torch >= 2.6) and what its authors run; that is not an error.
+        """
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+        fully_shard(model)
+        assert isinstance(model, FSDPModule)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -109,6 +118,7 @@ class Fsdp2ImportPath(Rule):
             from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
             fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
             """,
+            target={"torch": "2.4"},
             line=2,
         ),
         Invalid(
@@ -136,6 +146,7 @@ class Fsdp2ImportPath(Rule):
             from torch.distributed.fsdp._fully_shard import fully_shard
             fully_shard(model)
             """,
+            target={"torch": "2.5.1"},
             line=1,
         ),
     ]
@@ -143,7 +154,8 @@ class Fsdp2ImportPath(Rule):
     def check(self, ctx) -> None:
         tv = ctx.version("torch")
         if not tv < FULLY_SHARD_PUBLIC_PATH_SINCE:
-            return
+            return  # (an unguarded FSDP2 import proves >= 2.6 when the project declares nothing)
+        severity = ctx.version_severity(tv)
         c = ctx.analysis.c
         for node, guards in c.import_froms:
             if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -153,7 +165,7 @@ class Fsdp2ImportPath(Rule):
             hits = [n for n in names if _is_new_path(module, n)]
             if hits and not _guarded(guards):
                 name = "fully_shard" if "fully_shard" in hits else hits[0]
-                ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()))
+                ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()), severity=severity)
         seen: set[str] = set()
         for call in c.calls:
             q = call.qualname
@@ -162,7 +174,8 @@ class Fsdp2ImportPath(Rule):
             module, _, name = q.rpartition(".")
             if _is_new_path(module, name) and not _guarded(call.guards):  # guards last: they cost a codegen
                 seen.add(q)  # one finding per name is enough
-                ctx.report(call.node, self.message.format(name=name, module=module, torch=tv.describe()))
+                ctx.report(call.node, self.message.format(name=name, module=module, torch=tv.describe()),
+                           severity=severity)
 
 
 def _guarded(guards) -> bool:

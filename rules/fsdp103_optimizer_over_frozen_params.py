@@ -4,7 +4,7 @@ import libcst as cst
 
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, safe
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule
 
 # Code that changes requires_grad; after the optimizer it makes filtering at construction time wrong.
 _REQUIRES_GRAD_CHANGE = re.compile(r"\.requires_grad\s*=(?!=)|requires_grad_\(|\bunfreeze|\bset_trainable")
@@ -90,6 +90,7 @@ class OptimizerOverFrozenParams(Rule):
             model = get_peft_model(model, lora_config)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             """,
+            options=IN_FSDP_JOB,
             line=4,
             expected_fix="""
             import torch
@@ -138,6 +139,7 @@ class OptimizerOverFrozenParams(Rule):
             if __name__ == "__main__":
                 main()
             """,
+            options=IN_FSDP_JOB,
             line=6,
             expected_fix="""
             import torch
@@ -160,6 +162,7 @@ class OptimizerOverFrozenParams(Rule):
                     p.requires_grad = False
             opt = AdamW(model.parameters())
             """,
+            options=IN_FSDP_JOB,
             line=5,
         ),
         # Unfrozen later: still reported, but no fix (the filtered list would miss those parameters).
@@ -171,6 +174,7 @@ class OptimizerOverFrozenParams(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             model.base_model.model.lm_head.weight.requires_grad = True
             """,
+            options=IN_FSDP_JOB,
             line=4,
             expected_fix=None,
         ),

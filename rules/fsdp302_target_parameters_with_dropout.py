@@ -1,6 +1,6 @@
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule
 
 from fsdplint.rules._lora_config import target_parameters
 
@@ -70,6 +70,7 @@ class TargetParametersWithDropout(Rule):
             from peft import LoraConfig
             cfg = LoraConfig(r=16, target_parameters=["mlp.experts.gate_up_proj"], lora_dropout=0.05)
             """,
+            options=IN_FSDP_JOB,
             line=2,
         ),
         Invalid(
@@ -83,6 +84,7 @@ class TargetParametersWithDropout(Rule):
                 lora_dropout=dropout,
             )
             """,
+            options=IN_FSDP_JOB,
             line=7,
         ),
         Invalid(
@@ -91,6 +93,7 @@ class TargetParametersWithDropout(Rule):
             kwargs = {"r": 8, "lora_dropout": 0.05}
             cfg = LC(target_parameters=["mlp.experts.gate_up_proj"], **kwargs)
             """,
+            options=IN_FSDP_JOB,
             line=3,
         ),
     ]
