@@ -43,6 +43,19 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
                    "is from its release notes; the 4.x source read had no version number",
     ),
     Behaviour(
+        "save_pretrained_gathers_dtensors", "transformers",
+        "save_pretrained calls full_tensor() on every DTensor of the state dict while writing the shards, so "
+        "on an FSDP2 model (fully_shard, or accelerate's FSDP2) it all-gathers each parameter: called on every "
+        "rank it writes the full weights; called on one rank only it hangs in the first all-gather.",
+        since="4.51.0", until="5.24.0",
+        read="a transformers 5.x modeling_utils.py save_pretrained (with save_original_format; `if "
+             "_is_dtensor_available and isinstance(tensor, DTensor): tensor = tensor.full_tensor()`); "
+             "transformers 5.24.0 modeling_utils.py (no DTensor gather left: only distributed_config models "
+             "are gathered, see save_pretrained_gathers_distributed)",
+        unverified="the first release (4.51.0, with tensor-parallel saving) and the last one before 5.24 that "
+                   "still gathers were not read; 5.x releases before 5.24 are assumed to gather",
+    ),
+    Behaviour(
         "save_pretrained_gathers_distributed", "transformers",
         "save_pretrained on a model loaded with transformers' own `distributed_config=` (data-parallel "
         "sharding) gathers the full state dict itself (get_model_state_dict(full_state_dict=True)); it must "

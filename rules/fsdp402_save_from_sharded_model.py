@@ -1,5 +1,7 @@
+from fsdplint import behaviour
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._wrapped import saves_no_weights
 
 
 class SaveFromShardedModel(Rule):
@@ -104,6 +106,45 @@ class SaveFromShardedModel(Rule):
         fully_shard(model)
         """,
     ]
+    VALID += [
+        # transformers' own data-parallel sharding: save_pretrained gathers the full state dict on every rank
+        # and rank 0 writes (transformers 5.24 distributed/mixin.py gather_sharded_state_dict_for_save).
+        Valid(
+            """
+            from torch.distributed.fsdp import FSDPModule
+            from transformers import AutoModelForCausalLM
+            from transformers.distributed import DistributedConfig
+            model = AutoModelForCausalLM.from_pretrained("org/model", distributed_config=DistributedConfig(dp_size=8))
+            train(model)
+            assert isinstance(model, FSDPModule)
+            model.save_pretrained("out")
+            """,
+            target={"transformers": "5.24.0"},
+        ),
+        # transformers 4.51-5.23 save_pretrained gathers each DTensor (full_tensor) while writing: called on
+        # every rank it writes the full weights.
+        Valid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            train(model)
+            model.save_pretrained("out")
+            """,
+            target={"transformers": "4.57.1"},
+        ),
+        # The config of an FSDP2 model is a small JSON file: no shard in it.
+        """
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        train(model)
+        model.config.save_pretrained("out")
+        tokenizer.save_pretrained("out")
+        """,
+    ]
     INVALID = [
         Invalid(
             """
@@ -129,6 +170,7 @@ class SaveFromShardedModel(Rule):
                 fsdp2.fully_shard(model)
                 model.save_pretrained("adapter")
             """,
+            target={"transformers": "5.24.0"},
             line=9,
         ),
         Invalid(
@@ -174,13 +216,32 @@ class SaveFromShardedModel(Rule):
                 what = self._saved(a, t, ev, launch, sharded_type)
                 if what is None:
                     continue
+                severity = None
+                if ev.kind == "save" and (saves_no_weights(a, ev) or _transformers_gathers(ctx, a)):
+                    continue
+                if ev.kind == "save" and "FSDP2" in what and a.rank_guard(ev.step) is not None and behaviour.holds(
+                        "save_pretrained_gathers_dtensors", ctx.version("transformers")):
+                    continue  # a gather on one rank only: FSDP401's hang
+                if ev.kind == "save" and "FSDP2" in what and a.rank_guard(ev.step) is None:
+                    # On every rank: transformers releases that gather each DTensor in save_pretrained write
+                    # the full weights (on one rank only it is FSDP401's hang).
+                    gathers = behaviour.holds("save_pretrained_gathers_dtensors", ctx.version("transformers"))
+                    if gathers:
+                        continue
+                    if gathers is None:
+                        severity = ctx.version_severity(ctx.version("transformers"))
                 ctx.report(
                     ev.node,
                     f"{what} reads the parameters of a sharded model, so it writes this rank's shard (or an "
                     "empty view), not the trained weights; the file loads later without error. Gather a full "
                     "state dict first — FSDP2: get_model_state_dict(model, options=StateDictOptions("
                     "full_state_dict=True)); FSDP1: FSDP.state_dict_type(model, FULL_STATE_DICT); accelerate: "
-                    "accelerator.get_state_dict(model) — and pass it as state_dict=.",
+                    "accelerator.get_state_dict(model) — and pass it as state_dict=."
+                    + (f" (transformers {behaviour.BEHAVIOURS['save_pretrained_gathers_dtensors'].since} to "
+                       f"{behaviour.BEHAVIOURS['save_pretrained_gathers_dtensors'].until} gather the DTensors in "
+                       f"save_pretrained themselves; the target is {ctx.version('transformers').describe()}: "
+                       f"{ctx.version('transformers').declare_hint('5.24')}.)" if severity is not None else ""),
+                    severity=severity,
                 )
 
     @staticmethod
@@ -212,6 +273,14 @@ class SaveFromShardedModel(Rule):
             if launch == 1 and sharded_type:
                 return "save_pretrained() under fsdp_state_dict_type SHARDED_STATE_DICT"
         return None
+
+
+def _transformers_gathers(ctx, a) -> bool:
+    """The model was loaded with transformers' own `distributed_config=` and this transformers gathers the
+    sharded weights in save_pretrained itself (called on every rank; rank 0 writes)."""
+    if not any(c.kw("distributed_config") is not None for c in a.calls("load_model")):
+        return False
+    return behaviour.holds("save_pretrained_gathers_distributed", ctx.version("transformers")) is not False
 
 
 def _in_torch_save(a, call) -> bool:
