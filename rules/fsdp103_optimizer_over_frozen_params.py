@@ -54,6 +54,15 @@ class OptimizerOverFrozenParams(Rule):
     references = ("mosaicml/composer#2355",)
 
     VALID = [
+        # A plain LoRA script with no FSDP anywhere in its job: not fsdplint's to judge (peft's examples).
+        """
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained("org/model")
+        model = get_peft_model(model, LoraConfig(target_modules=["q_proj", "v_proj"]))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        """,
         """
         import torch
         from peft import get_peft_model
