@@ -126,6 +126,23 @@ class LintContext:
             self._versions[package] = tv
         return self._versions[package]
 
+    def proven_by_job(self, package: str) -> Optional["versions.Evidence"]:
+        """A release the job's launch setup already needs, from the behaviour table: accelerate's FSDP2
+        (fsdp_version 2 in a launch config or plugin) raises ImportError on torch < 2.6."""
+        from fsdplint import behaviour
+
+        if package != "torch":
+            return None
+        launch = getattr(self.analysis, "launch", None)
+        if launch is None or launch.fsdp_version != 2:
+            return None
+        if behaviour.holds("accelerate_fsdp2_requires_torch_2_6", self.version("accelerate")) is False:
+            return None
+        setting = launch.get("version") or launch.get("fsdp_version")
+        return versions.Evidence("torch", versions.Version("2.6"), getattr(setting, "node", None),
+                                 "accelerate's FSDP2 (fsdp_version=2) refuses torch < 2.6",
+                                 behaviour.cite("accelerate_fsdp2_requires_torch_2_6"))
+
     def version_severity(self, tv: versions.TargetVersion) -> Optional["Severity"]:
         """The severity of a finding that holds only on the version `tv`: the rule's own when the
         version is known (or `strict-versions = true`), else a warning (None: the rule's own)."""

@@ -2,6 +2,7 @@ import re
 
 import libcst as cst
 
+from fsdplint import versions
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
 from fsdplint.resolve import dotted
@@ -220,7 +221,15 @@ class FullyShardIgnoredParams(Rule):
             return
         a = ctx.analysis
         severity = ctx.version_severity(tv)
-        if tv.known or ctx.strict_versions:
+        ev = versions.proven("torch", a.c) if tv.known and tv.kind == "declared" else None
+        if ev is not None and ev.version > tv.version:
+            message = (
+                f"`ignored_params` reaches fully_shard, which accepts it only from torch 2.7.0: this module already "
+                f"needs torch >= {ev.version} (line {ctx.line(ev.node)}); ignored_params needs >= 2.7, and the "
+                f"project admits older releases ({tv.describe()}), where this raises TypeError: fully_shard() got an "
+                f"unexpected keyword argument 'ignored_params'. Require torch>=2.7, or pass it only when torch >= 2.7."
+            )
+        elif tv.known or ctx.strict_versions:
             message = (
                 f"`ignored_params` reaches fully_shard, which accepts it only from torch 2.7.0; the target is "
                 f"{tv.describe()}, where this raises TypeError: fully_shard() got an unexpected keyword argument "

@@ -1,4 +1,5 @@
 import libcst as cst
+from packaging.version import Version
 
 from fsdplint.apis import FULLY_SHARD_PUBLIC_PATH_SINCE
 from fsdplint.findings import Severity
@@ -103,6 +104,33 @@ class Fsdp2ImportPath(Rule):
         else:
             from torch.distributed._composable.fsdp import fully_shard
         """,
+        # The project declares an old floor (a library's), but this job uses accelerate's FSDP2, which refuses
+        # torch < 2.6 (accelerate >= 1.7 FullyShardedDataParallelPlugin): the import cannot meet torch < 2.6.
+        Valid(
+            """
+            from accelerate import Accelerator, FullyShardedDataParallelPlugin
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
+            accelerator = Accelerator(fsdp_plugin=plugin)
+            """,
+            target={"torch": "2.0", "accelerate": "1.15.0"},
+        ),
+        # A constructor that refuses torch < 2.6 guards the imports in every method of its class.
+        Valid(
+            """
+            from accelerate.utils import is_torch_version
+
+            class Engine:
+                def __init__(self):
+                    if not is_torch_version(">=", "2.6.0"):
+                        raise ImportError("FSDP2 requires torch >= 2.6")
+
+                def shard(self, model):
+                    from torch.distributed.fsdp import fully_shard
+                    fully_shard(model)
+            """,
+            target={"torch": "2.4"},
+        ),
         # No torch floor declared and none installed: the module's own unguarded FSDP2 import is what it
         # needs (torch >= 2.6) and what its authors run; that is not an error.
         """
@@ -155,7 +183,12 @@ class Fsdp2ImportPath(Rule):
         tv = ctx.version("torch")
         if not tv < FULLY_SHARD_PUBLIC_PATH_SINCE:
             return  # (an unguarded FSDP2 import proves >= 2.6 when the project declares nothing)
+        if tv.kind not in ("installed", "lock"):  # a floor, not the exact environment
+            job = ctx.proven_by_job("torch")
+            if job is not None and not job.version < Version(FULLY_SHARD_PUBLIC_PATH_SINCE):
+                return  # the declared floor is the library's; this job's FSDP2 already needs torch >= 2.6
         severity = ctx.version_severity(tv)
+        package_module = ctx.path is not None and (ctx.path.parent / "__init__.py").is_file()
         c = ctx.analysis.c
         for node, guards in c.import_froms:
             if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -165,7 +198,16 @@ class Fsdp2ImportPath(Rule):
             hits = [n for n in names if _is_new_path(module, n)]
             if hits and not _guarded(guards):
                 name = "fully_shard" if "fully_shard" in hits else hits[0]
-                ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()), severity=severity)
+                sev = severity
+                scope = c._import_scopes.get(id(node), (None, 0))[0]
+                if package_module and scope is not None and scope.node is not None:
+                    # A library's lazy import runs only when its FSDP2 path is chosen, which the library may
+                    # gate elsewhere (accelerate's plugin refuses torch < 2.6): not reported for an FSDP2
+                    # function or class, a warning otherwise.
+                    if "fsdp2" in f"{scope.klass or ''}.{scope.name}".lower():
+                        continue
+                    sev = Severity.WARNING
+                ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()), severity=sev)
         seen: set[str] = set()
         for call in c.calls:
             q = call.qualname
