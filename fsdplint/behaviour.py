@@ -139,3 +139,11 @@ def cite(key: str) -> str:
     """A short citation for messages and docs: what was read."""
     b = BEHAVIOURS[key]
     return f"{b.package} {('>= ' + b.since) if b.since else '(all covered releases)'}; read: {b.read}"
+
+
+def training_args_fsdp_version(transformers) -> Optional[int]:
+    """The FSDP version `TrainingArguments(fsdp=...)` means without `fsdp_config["version"]`: 2 from
+    transformers 5, 1 before, None when the transformers version is unknown. (For launch.py, which today
+    reads it as FSDP1 on every release.)"""
+    holds_v2 = holds("training_args_fsdp_default_v2", transformers)
+    return None if holds_v2 is None else (2 if holds_v2 else 1)
