@@ -54,6 +54,21 @@ class OptimizerOverFrozenParams(Rule):
     references = ("mosaicml/composer#2355",)
 
     VALID = [
+        # A test file: only another test shards; this one trains a plain LoRA model.
+        """
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def test_lora_trains():
+            model = get_peft_model(make_model(), LoraConfig(target_modules=["lin0"]))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.ones(2, 8)).sum().backward()
+            optimizer.step()
+
+        def test_fsdp_wrap():
+            FSDP(get_peft_model(make_model(), LoraConfig(target_modules=["lin0"])), use_orig_params=True)
+        """,
         # A plain LoRA script with no FSDP anywhere in its job: not fsdplint's to judge (peft's examples).
         """
         import torch
@@ -201,6 +216,8 @@ class OptimizerOverFrozenParams(Rule):
                     continue  # `named_parameters()` is another bug; bound names are followed but not rewritten
                 if not t.before(opt, ("lora", "freeze")):
                     continue
+                if id(call) in a._test_fsdp[0] and not a.fsdp_at(call):
+                    continue  # a test of its own that never shards (FSDP is only in other tests of the file)
                 ctx.report(
                     params,
                     "The optimizer is given every parameter of a model whose base is frozen: it also tracks the "
