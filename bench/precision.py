@@ -18,6 +18,7 @@ the triaged errors (untriaged errors are listed, not guessed).
     python bench/precision.py DIR --mode cli --out cli.json
     python bench/precision.py DIR --mode pre-commit --fsdplint-repo . --out hook.json
     python bench/precision.py --summary cli.json hook.json --triage triage.json
+    python bench/precision.py --compare before=b.json after=a.json --triage triage.json
 """
 
 from __future__ import annotations
@@ -136,6 +137,38 @@ def summary(files: list[Path], triage_path: Path | None) -> str:
     return "\n".join(out)
 
 
+def compare(labelled: list[str], triage_path: Path | None) -> str:
+    """One per-rule table over several finding files (`LABEL=FILE`): error/warning/info counts per column,
+    then the error precision of each over the triaged errors."""
+    triage = {}
+    if triage_path is not None:
+        for t in json.loads(triage_path.read_text()):
+            triage[(t["repo"], t["path"], t["line"], t["code"])] = t
+    cols = []
+    for item in labelled:
+        label, _, path = item.partition("=")
+        cols.append((label, json.loads(Path(path).read_text())))
+    codes = sorted({f["code"] for _, d in cols for r in d.values() for f in r["findings"]})
+    out = ["| Rule | " + " | ".join(label for label, _ in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for code in [*codes, "all"]:
+        cells = []
+        for _, d in cols:
+            c = collections.Counter(f["severity"] for r in d.values() for f in r["findings"]
+                                    if code == "all" or f["code"] == code)
+            cells.append(f"{c['error']} / {c['warning']} / {c['info']}")
+        out.append(f"| {code} | " + " | ".join(cells) + " |")
+    prec = []
+    for label, d in cols:
+        errors = [_key(repo, f) for repo, r in d.items() for f in r["findings"] if f["severity"] == "error"]
+        judged = [triage[k] for k in errors if k in triage]
+        true = sum(1 for t in judged if t["verdict"] == "true")
+        missing = len(errors) - len(judged)
+        share = f"{100 * true / len(judged):.0f} %" if judged else "n/a (no errors)"
+        prec.append(f"{true}/{len(judged)} = {share}" + (f" ({missing} untriaged)" if missing else ""))
+    out.append("| error precision | " + " | ".join(prec) + " |")
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?", type=Path, help="a directory of project copies, one per sub-directory")
@@ -150,9 +183,13 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="write the findings as JSON here")
     p.add_argument("--summary", nargs="*", type=Path, help="summarise finding files instead of linting")
     p.add_argument("--triage", type=Path, help="verdicts for the error findings (JSON list)")
+    p.add_argument("--compare", nargs="*", metavar="LABEL=FILE", help="one per-rule table over several finding files")
     args = p.parse_args()
     if args.summary:
         print(summary(args.summary, args.triage))
+        return
+    if args.compare:
+        print(compare(args.compare, args.triage))
         return
     if args.dir is None:
         p.error("DIR is required unless --summary is given")

@@ -51,7 +51,10 @@ class FullyShardIgnoredParams(Rule):
 
     ## Versions
     `ignored_params` was added to FSDP2 in torch 2.7.0 (pytorch#146631); accelerate and TRL gate it on
-    `>= 2.7.0`.
+    `>= 2.7.0`. When the project declares no torch and none is installed, the finding is a warning that
+    says what the module's own imports already need (the public FSDP2 path: torch >= 2.6) and what to
+    declare; a version check, a `try/except TypeError` fallback, or a constructor that refuses older torch
+    guards the call.
 
     ## References
     - pytorch#146631, pytorch#148242, pytorch#149074

@@ -50,7 +50,12 @@ class SaveFromShardedModel(Rule):
     No automatic fix: the gather must run on every rank, and only rank 0 should write.
 
     ## Versions
-    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3.
+    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3. transformers 4.51 to
+    5.23 gather each DTensor in `save_pretrained` (`full_tensor()` while writing the shards), so there
+    `save_pretrained()` on every rank of an FSDP2 model writes the full weights and is not reported (on one
+    rank only it hangs: FSDP401); transformers 5.24 gathers only models loaded with its own
+    `distributed_config`. With an unknown transformers version the finding is a warning (see
+    `fsdplint/behaviour.py`, `save_pretrained_gathers_dtensors`).
 
     ## References
     - pytorch#122903, pytorch#143536; accelerate#2000, accelerate#4206
@@ -107,20 +112,6 @@ class SaveFromShardedModel(Rule):
         """,
     ]
     VALID += [
-        # transformers' own data-parallel sharding: save_pretrained gathers the full state dict on every rank
-        # and rank 0 writes (transformers 5.24 distributed/mixin.py gather_sharded_state_dict_for_save).
-        Valid(
-            """
-            from torch.distributed.fsdp import FSDPModule
-            from transformers import AutoModelForCausalLM
-            from transformers.distributed import DistributedConfig
-            model = AutoModelForCausalLM.from_pretrained("org/model", distributed_config=DistributedConfig(dp_size=8))
-            train(model)
-            assert isinstance(model, FSDPModule)
-            model.save_pretrained("out")
-            """,
-            target={"transformers": "5.24.0"},
-        ),
         # transformers 4.51-5.23 save_pretrained gathers each DTensor (full_tensor) while writing: called on
         # every rank it writes the full weights.
         Valid(
@@ -217,7 +208,7 @@ class SaveFromShardedModel(Rule):
                 if what is None:
                     continue
                 severity = None
-                if ev.kind == "save" and (saves_no_weights(a, ev) or _transformers_gathers(ctx, a)):
+                if ev.kind == "save" and saves_no_weights(a, ev):
                     continue
                 if ev.kind == "save" and "FSDP2" in what and a.rank_guard(ev.step) is not None and behaviour.holds(
                         "save_pretrained_gathers_dtensors", ctx.version("transformers")):
@@ -273,14 +264,6 @@ class SaveFromShardedModel(Rule):
             if launch == 1 and sharded_type:
                 return "save_pretrained() under fsdp_state_dict_type SHARDED_STATE_DICT"
         return None
-
-
-def _transformers_gathers(ctx, a) -> bool:
-    """The model was loaded with transformers' own `distributed_config=` and this transformers gathers the
-    sharded weights in save_pretrained itself (called on every rank; rank 0 writes)."""
-    if not any(c.kw("distributed_config") is not None for c in a.calls("load_model")):
-        return False
-    return behaviour.holds("save_pretrained_gathers_distributed", ctx.version("transformers")) is not False
 
 
 def _in_torch_save(a, call) -> bool:
