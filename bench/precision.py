@@ -33,7 +33,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-_LINE = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<row>\d+):(?P<col>\d+): (?P<code>FSDP\d{3}) \[(?P<sev>\w+)\] (?P<msg>.*)$")
+# `path:row:col: CODE [*] [severity] message` (the `[*]` marks a fixable finding).
+_LINE = re.compile(
+    r"^(?P<path>[^\s:][^:]*):(?P<row>\d+):(?P<col>\d+): (?P<code>FSDP\d{3})(?: \[\*\])? \[(?P<sev>\w+)\] (?P<msg>.*)$"
+)
 
 
 def _git_ready(project: Path) -> None:
