@@ -378,8 +378,15 @@ def main(argv=None) -> None:
             getattr(bench, f"scenario_{name}")()
         env = {"fsdplint rules": _rules_summary(), "TorchFix": _torchfix_libcst(), "Static CLI": " ".join([Path(tool.cmd[0]).name, *tool.lint_args(1)[1:]])}
         text = report.render(bench, machine.describe(REPO, env), started, datetime.datetime.now())
+    # The precision section is written by precision.py: keep it.
+    old = args.output.read_text() if args.output.is_file() else ""
+    if PRECISION_START in old:
+        text = text.rstrip("\n") + "\n\n" + old[old.index(PRECISION_START):]
     args.output.write_text(text)
     log(f"wrote {args.output}")
+
+
+PRECISION_START = "<!-- precision:start -->"
 
 
 if __name__ == "__main__":

@@ -323,3 +323,42 @@ def test_readme_example_prints_what_the_readme_describes():
     s = Settings(use_installed=False)
     found = lint_text(script.read_text(), str(script), s, script, FileConfig(s, script))
     assert sorted((f.code, f.start.row) for f in found) == [("FSDP101", 45), ("FSDP401", 67)]
+
+
+# --- FSDP008 on a declared library floor --------------------------------------------------------
+
+def test_a_job_on_accelerate_fsdp2_already_needs_torch_2_6(tmp_path):
+    write(tmp_path, {
+        "setup.py": 'setup(name="lib", install_requires=["torch>=2.0.0"])\n',
+        "bench/fsdp2.py": """\
+            from accelerate import Accelerator, FullyShardedDataParallelPlugin
+            from torch.distributed.fsdp import fully_shard
+            plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+            accelerator = Accelerator(fsdp_plugin=plugin)
+            """,
+        "bench/plain.py": """\
+            from torch.distributed.fsdp import fully_shard
+            fully_shard(model)
+            """,
+    })
+    assert lint(tmp_path / "bench" / "fsdp2.py", "--select", "FSDP008", "--target-version", "accelerate=1.15.0") == []
+    [f] = lint(tmp_path / "bench" / "plain.py", "--select", "FSDP008")
+    assert f["severity"] == "error" and "setup.py: torch>=2.0.0" in f["message"]
+
+
+def test_lazy_fsdp2_import_in_a_library_function(tmp_path):
+    write(tmp_path, {
+        "pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.0"]\n',
+        "lib/__init__.py": "",
+        "lib/utils.py": """\
+            def fsdp2_prepare_model(model):
+                from torch.distributed.fsdp import fully_shard
+                fully_shard(model)
+
+            def prepare(model):
+                from torch.distributed.fsdp import FSDPModule
+                return isinstance(model, FSDPModule)
+            """,
+    })
+    found = lint(tmp_path / "lib" / "utils.py", "--select", "FSDP008")
+    assert [(f["location"]["row"], f["severity"]) for f in found] == [(6, "warning")]
