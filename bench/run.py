@@ -378,13 +378,17 @@ def main(argv=None) -> None:
             getattr(bench, f"scenario_{name}")()
         env = {"fsdplint rules": _rules_summary(), "TorchFix": _torchfix_libcst(), "Static CLI": " ".join([Path(tool.cmd[0]).name, *tool.lint_args(1)[1:]])}
         text = report.render(bench, machine.describe(REPO, env), started, datetime.datetime.now())
-    # Keep the section bench/audit_vs_gloo.py writes (its own, slower run).
-    start, end = "<!-- audit-vs-gloo:start -->", "<!-- audit-vs-gloo:end -->"
-    old = args.output.read_text() if args.output.exists() else ""
-    if start in old and end in old:
-        text = text.rstrip("\n") + "\n\n" + old[old.index(start): old.index(end) + len(end)] + "\n"
+    # Keep the sections other scripts write into results.md (bench/audit_vs_gloo.py, bench/precision.py).
+    old = args.output.read_text() if args.output.is_file() else ""
+    for name in KEPT_SECTIONS:
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start in old and end in old:
+            text = text.rstrip("\n") + "\n\n" + old[old.index(start): old.index(end) + len(end)] + "\n"
     args.output.write_text(text)
     log(f"wrote {args.output}")
+
+
+KEPT_SECTIONS = ("audit-vs-gloo", "precision")
 
 
 if __name__ == "__main__":

@@ -38,13 +38,15 @@ class Guard:
     body that catches ImportError —, "other") is worked out from the test's source on first use:
     most guards are never asked, and rendering every test costs a codegen each."""
 
-    __slots__ = ("node", "text", "branch", "loop_depth", "_kind", "_resolve")
+    __slots__ = ("node", "text", "branch", "loop_depth", "_kind", "_resolve", "caught")
 
-    def __init__(self, kind, node, text="", branch=None, loop_depth=0, resolve=None) -> None:
+    def __init__(self, kind, node, text="", branch=None, loop_depth=0, resolve=None, caught=frozenset()) -> None:
         self._kind = kind
         self._resolve = resolve
         self.node = node
         self.text = text
+        # For a `try` body: the exception names its handlers catch (e.g. {"ImportError", "TypeError"}).
+        self.caught = caught
         # Which branch of the `if` holds the code ("body" / "orelse"; None for a conditional expression), and
         # how many loops of the same function enclose the `if` (branches of an `if` in a loop can both run).
         self.branch = branch
@@ -166,6 +168,10 @@ class Collector(cst.CSTVisitor):
         self.methods: dict[tuple[str, str], Scope] = {}
         self.calls: list[Call] = []
         self.import_froms: list[tuple[cst.ImportFrom, tuple[Guard, ...]]] = []
+        # Version gates that refuse old releases before a scope's code runs (see `_apply_gates`):
+        # (scope, seq, the `if`/`assert`/call that raises), and the scope of each ImportFrom.
+        self.gates: list[tuple[Scope, int, cst.CSTNode]] = []
+        self._import_scopes: dict[int, tuple[Scope, int]] = {}
         # node id -> the unit positions render to locate it: ("top", i) for the i-th top-level
         # statement, or (FunctionDef, indent tokens, i) for the innermost function.
         self.top: dict[int, tuple] = {}
@@ -288,7 +294,8 @@ class Collector(cst.CSTVisitor):
         caught = set()
         for h in node.handlers:
             caught.update(re.findall(r"\w+", self._text(h.type)) if h.type is not None else ["BaseException"])
-        self._guards.append(Guard("import_error" if caught & _IMPORT_ERRORS else "other", node, ""))
+        self._guards.append(Guard("import_error" if caught & _IMPORT_ERRORS else "other", node, "",
+                                  caught=frozenset(caught)))
 
     def leave_Try_body(self, node: cst.Try) -> None:
         self._guards.pop()
@@ -312,6 +319,8 @@ class Collector(cst.CSTVisitor):
         if isinstance(node.orelse, cst.If):
             self._elifs.add(id(node.orelse))
         self._if_kinds[id(node)] = self._lazy_kind(node.test)
+        if id(node) not in self._elifs and _raises(node.body):
+            self._maybe_gate(node, node.test)
 
     def _lazy_kind(self, test: cst.BaseExpression):
         """The guard kind of `test`, computed once, on first use (names read through their bindings)."""
@@ -393,6 +402,18 @@ class Collector(cst.CSTVisitor):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         self.resolver.add_import_from(node)
         self.import_froms.append((node, tuple(self._guards)))
+        self._import_scopes[id(node)] = (self._scope_stack[-1], self._seq)
+
+    def _maybe_gate(self, node: cst.CSTNode, test: cst.BaseExpression) -> None:
+        """`if <old version>: raise ...` / `assert <new version>` directly in a function body: a gate."""
+        scope = self._scope_stack[-1]
+        if scope.node is None or self._guards or self._loops:
+            return
+        if self._guard_kind(test, (scope, self.module_scope)) == "version":
+            self.gates.append((scope, self._seq, node))
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        self._maybe_gate(node, node.test)
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         scope = self._scope_stack[-1]
@@ -473,6 +494,56 @@ class Collector(cst.CSTVisitor):
 
 
 _ALL_QUALIFIED = frozenset(q for names in QUALIFIED.values() for q in names)
+# Methods that run before any other method of their class can (constructors, dataclass hooks).
+_CONSTRUCTORS = ("__init__", "__post_init__", "__new__")
+# Library helpers that raise when a requirement is not met (transformers/accelerate/packaging style).
+_REQUIRE_CALLS = re.compile(r"(^|\.)(require_version\w*|check_min_version|require_torch\w*)$")
+
+
+def _raises(body: cst.BaseSuite) -> bool:
+    stmts = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    for st in stmts:
+        small = st.body if isinstance(st, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
+        if any(isinstance(x, cst.Raise) for x in small):
+            return True
+    return False
+
+
+def _apply_gates(c: "Collector") -> None:
+    """A version gate that refuses old releases guards the code after it: in a function, the calls
+    and imports that follow it; in a constructor, every method of the class (none can run on an
+    object that was never built); in a same-file helper, the functions that call the helper first.
+    The guarded code gets a "version" guard, as if it sat inside the version check."""
+    for call in c.calls:
+        if call.func and _REQUIRE_CALLS.search(call.func) and call.scope.node is not None and not call.guards:
+            c.gates.append((call.scope, call.seq, call.node))
+    if not c.gates:
+        return
+    gated: dict[int, tuple[int, Guard]] = {}  # scope id -> (seq from which it is gated, guard)
+    helpers = {id(scope) for scope, _, _ in c.gates if scope.klass is None}
+    for scope, seq, node in c.gates:
+        g = Guard("version", node)
+        if scope.klass is not None and scope.name in _CONSTRUCTORS:
+            for (klass, _), m in c.methods.items():
+                if klass == scope.klass and m is not scope:
+                    gated[id(m)] = (0, g)
+        if id(scope) not in gated or gated[id(scope)][0] > seq:
+            gated[id(scope)] = (seq, g)
+    if helpers:
+        by_name = {name: s for name, s in c.functions.items() if id(s) in helpers}
+        for call in c.calls:
+            callee = by_name.get(call.func or "")
+            if callee is not None and call.scope.node is not None and not call.guards and id(call.scope) not in gated:
+                gated[id(call.scope)] = (call.seq, gated[id(callee)][1])
+    for call in c.calls:
+        hit = gated.get(id(call.scope))
+        if hit is not None and call.seq > hit[0]:
+            call.guards = call.guards + (hit[1],)
+    for i, (node, guards) in enumerate(c.import_froms):
+        scope, seq = c._import_scopes.get(id(node), (None, 0))
+        hit = gated.get(id(scope)) if scope is not None else None
+        if hit is not None and seq >= hit[0]:
+            c.import_froms[i] = (node, guards + (hit[1],))
 
 
 # Fields that hold only whitespace, comments or punctuation: never a call, binding or statement.
@@ -546,6 +617,7 @@ def _walk(visitor: "Collector", node: cst.CSTNode) -> None:
 def collect(module: cst.Module) -> Collector:
     c = Collector(module)
     _walk(c, module)
+    _apply_gates(c)
     r = c.resolver
     for call in c.calls:
         func = call.node.func

@@ -17,6 +17,7 @@ Keys (all optional)::
     fixable = ["ALL"]
     unfixable = ["FSDP007"]
     target-version = { torch = "2.6", peft = "0.13" }
+    strict-versions = true            # version-dependent findings stay errors when the version is unknown
 
     [tool.fsdplint.rules.FSDP003]     # per-rule options (code or rule name)
     max-unit-params = 1_000_000_000
@@ -45,7 +46,7 @@ DEFAULT_EXCLUDE = (
 )
 
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude", "fixable", "unfixable")
-KNOWN_KEYS = frozenset(_LIST_KEYS + ("per-file-ignores", "target-version", "rules"))
+KNOWN_KEYS = frozenset(_LIST_KEYS + ("per-file-ignores", "target-version", "strict-versions", "rules"))
 
 
 @dataclass
@@ -60,6 +61,9 @@ class Config:
     unfixable: list[str] = field(default_factory=list)
     # Target library versions, e.g. {"torch": "2.6"}.
     target_version: dict[str, str] = field(default_factory=dict)
+    # When the target version is unknown (not declared, pinned or installed), a version-dependent
+    # finding is a warning; True keeps it an error.
+    strict_versions: bool = False
     # Per-rule options keyed by rule code, option names as written (kebab-case). A rule
     # that declares `OPTIONS` (a collection of option names) gets unknown ones warned about.
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -309,6 +313,10 @@ def config_from_table(table: dict, path: Path, where: str = "[tool.fsdplint]") -
             if parse_version(version.strip()) is None:
                 raise UsageError(f"{path}: target-version.{dist} = {version!r} is not a version like \"2.6\"")
         cfg.target_version = {k: v.strip() for k, v in tv.items()}
+    if "strict-versions" in table:
+        if not isinstance(table["strict-versions"], bool):
+            fail("strict-versions", "true or false")
+        cfg.strict_versions = table["strict-versions"]
     if "rules" in table:
         cfg.rules = _rule_options(table["rules"], path, cfg.warnings)
     _check_selectors(cfg, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
@@ -13,16 +14,30 @@ from fsdplint.fixes import FixSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from fsdplint.analysis import ScriptAnalysis
+    from fsdplint.findings import Severity
     from fsdplint.rule import Rule
 
 
-class Report:
-    __slots__ = ("rule", "node", "message", "fix", "setting")
+# Words that name FSDP in code: `FullyShardedDataParallel`, `fully_shard`, `fsdp_config`, "FSDP", ...
+_FSDP_WORDS = re.compile(r"(?i)fsdp|fully_shard|FullyShardedDataParallel")
+_COMMENTS_AND_DOCSTRINGS = re.compile(r'#[^\n]*|"{3}[\s\S]*?"{3}' + r"|'{3}[\s\S]*?'{3}")
 
-    def __init__(self, rule, node, message, fix, setting=None) -> None:
+
+def _code_only(text: str) -> str:
+    """The source without comments and triple-quoted strings (docstrings): prose that mentions FSDP is
+    not FSDP in the job."""
+    return _COMMENTS_AND_DOCSTRINGS.sub(" ", text)
+
+
+class Report:
+    __slots__ = ("rule", "node", "message", "fix", "setting", "severity")
+
+    def __init__(self, rule, node, message, fix, setting=None, severity=None) -> None:
         self.rule, self.node, self.message, self.fix = rule, node, message, fix
         # A launch-config setting outside the script (a YAML line) the finding points at.
         self.setting = setting
+        # None: the rule's own severity (a version-dependent finding on an unknown version is lower).
+        self.severity = severity
 
 
 class LintContext:
@@ -39,6 +54,7 @@ class LintContext:
         options: Mapping[str, Any] = {},
         rule_options: Mapping[str, Mapping[str, Any]] = {},
         use_installed: bool = True,
+        strict_versions: bool = False,
     ) -> None:
         self.filename = filename
         self.path = path
@@ -50,6 +66,7 @@ class LintContext:
         self._config_source = config_source
         self._rule_options = rule_options
         self._use_installed = use_installed
+        self.strict_versions = strict_versions
         self._versions: dict[str, versions.TargetVersion] = {}
         self.reports: list[Report] = []
         self.rule: Optional[type["Rule"]] = None
@@ -94,12 +111,69 @@ class LintContext:
             a.launch_fsdp_version = facts.fsdp_version
         return a
 
+    @cached_property
+    def fsdp_in_job(self) -> bool:
+        """Whether FSDP is part of the job this file belongs to: the file uses it (an FSDP call or import,
+        `fsdp=`/`fsdp_config=` settings, an FSDP plugin, FSDP names in code), or its launch config enables
+        it. `options["fsdp_in_job"]` (set by whoever knows the rest of the job) overrides. A file with no
+        FSDP anywhere gets no finding of a rule that needs FSDP (`Rule.needs_fsdp`)."""
+        given = self.options.get("fsdp_in_job")
+        if given is not None:
+            return bool(given)
+        launch = self.options.get("launch")
+        if launch is not None and getattr(launch, "uses_fsdp", False):
+            return True
+        if not _FSDP_WORDS.search(self.source):
+            a = self.analysis  # a launch config found next to the script may still enable it
+            return a.launch is not None and a.launch.uses_fsdp
+        if _FSDP_WORDS.search(_code_only(self.source)):
+            return True
+        a = self.analysis
+        return a.uses_fsdp or (a.launch is not None and a.launch.uses_fsdp)
+
     def version(self, package: str) -> versions.TargetVersion:
+        """The target version of `package`: declared, pinned or installed, else what this file's code
+        proves (an import that exists only from some release), else unknown (see versions.py)."""
         if package not in self._versions:
-            self._versions[package] = versions.resolve(
+            tv = versions.resolve(
                 package, self.path, self._explicit, self._config, self._config_source, self._use_installed
             )
+            if tv.kind == "unknown":
+                ev = versions.proven(package, self.analysis.c)
+                if ev is not None:
+                    line = self.line(ev.node)
+                    tv = versions.TargetVersion(
+                        package, ev.version,
+                        f"this module already needs {package} >= {ev.version}: `{ev.what}` (line {line}); "
+                        f"the project declares no version", "code", line)
+            self._versions[package] = tv
         return self._versions[package]
+
+    def proven_by_job(self, package: str) -> Optional["versions.Evidence"]:
+        """A release the job's launch setup already needs, from the behaviour table: accelerate's FSDP2
+        (fsdp_version 2 in a launch config or plugin) raises ImportError on torch < 2.6."""
+        from fsdplint import behaviour
+
+        if package != "torch":
+            return None
+        launch = getattr(self.analysis, "launch", None)
+        if launch is None or launch.fsdp_version != 2:
+            return None
+        if behaviour.holds("accelerate_fsdp2_requires_torch_2_6", self.version("accelerate")) is False:
+            return None
+        setting = launch.get("version") or launch.get("fsdp_version")
+        return versions.Evidence("torch", versions.Version("2.6"), getattr(setting, "node", None),
+                                 "accelerate's FSDP2 (fsdp_version=2) refuses torch < 2.6",
+                                 behaviour.cite("accelerate_fsdp2_requires_torch_2_6"))
+
+    def version_severity(self, tv: versions.TargetVersion) -> Optional["Severity"]:
+        """The severity of a finding that holds only on the version `tv`: the rule's own when the
+        version is known (or `strict-versions = true`), else a warning (None: the rule's own)."""
+        from fsdplint.findings import Severity
+
+        if tv.known or self.strict_versions or self.rule is None:
+            return None
+        return Severity.WARNING if self.rule.severity == Severity.ERROR else None
 
     def option(self, name: str, default: Any = None) -> Any:
         if self.rule is None:
@@ -120,17 +194,21 @@ class LintContext:
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
-    def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None) -> None:
+    def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None,
+               severity=None) -> None:
         rule = self.rule
         assert rule is not None, "report() outside a rule"
-        self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix))
+        self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix,
+                                   severity=severity))
 
-    def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None) -> None:
+    def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None,
+                       severity=None) -> None:
         """Report at a launch-config setting: its script node, or its line in the YAML file."""
         if setting is not None and setting.node is not None:
-            self.report(setting.node, message, fix=fix)
+            self.report(setting.node, message, fix=fix, severity=severity)
         elif setting is not None and setting.filename:
             rule = self.rule
-            self.reports.append(Report(rule, None, message or getattr(rule, "message", rule.summary), None, setting))
+            self.reports.append(Report(rule, None, message or getattr(rule, "message", rule.summary), None, setting,
+                                       severity=severity))
         elif fallback is not None:
-            self.report(fallback, message, fix=fix)
+            self.report(fallback, message, fix=fix, severity=severity)

@@ -196,11 +196,14 @@ def lint_text(
         options=settings.options,
         rule_options=fcfg.config.rules,
         use_installed=settings.use_installed,
+        strict_versions=fcfg.config.strict_versions,
     )
     errors: list[Finding] = []
     for rule in all_rules():
         if rule.code not in codes or not rule.has_static_check():
             continue
+        if rule.needs_fsdp and not ctx.fsdp_in_job:
+            continue  # no FSDP anywhere in the job: not fsdplint's to judge
         ctx.rule = rule
         try:
             rule().check(ctx)
@@ -239,7 +242,7 @@ def lint_text(
                 Finding(
                     code=r.rule.code,
                     name=r.rule.name,
-                    severity=r.rule.severity,
+                    severity=r.severity or r.rule.severity,
                     filename=filename,
                     start=start,
                     end=end,
@@ -279,6 +282,8 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
         line = lines[st.line - 1] if 0 < st.line <= len(lines) else ""
         col = len(line) - len(line.lstrip()) + 1
         f = _finding(r.rule.code, st.filename, r.message, st.line, col, line)
+        if r.severity is not None:
+            f.severity = r.severity
         f.end = Position(st.line, len(line) + 1)
         out.append(f)
     return out

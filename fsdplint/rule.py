@@ -47,6 +47,8 @@ class Invalid(Valid):
     line: Optional[int] = None
     # The whole file after applying this rule's fixes (safe and unsafe), if it has one.
     expected_fix: Optional[str] = None
+    # The severity the finding has here, when not the rule's own (e.g. "warning" on an unknown version).
+    severity: Optional[str] = None
 
     def fixed_source(self) -> Optional[str]:
         if self.expected_fix is None:
@@ -55,6 +57,10 @@ class Invalid(Valid):
 
 
 Example = Union[Valid, str]
+
+# Options for an example that is one file of a job which runs under FSDP elsewhere (another file wraps the
+# model, or the launcher enables it): rules that need FSDP in the job (`Rule.needs_fsdp`) then apply.
+IN_FSDP_JOB: Mapping[str, Any] = {"fsdp_in_job": True}
 
 
 class Rule:
@@ -68,6 +74,9 @@ class Rule:
     fix: ClassVar[Optional[Applicability]] = None
     # Where the bug exists, as PEP 440 specifiers per distribution, e.g. {"torch": "<2.7"}.
     versions: ClassVar[Mapping[str, str]] = {}
+    # The rule's bug needs FSDP in the job: a file without any FSDP (and no launch config that enables
+    # it) gets none of its findings. False for rules about something else (DDP, the file itself).
+    needs_fsdp: ClassVar[bool] = True
     doc: ClassVar[str] = ""
     references: ClassVar[Sequence[str]] = ()
 

@@ -1,11 +1,23 @@
 """Which library versions a script targets, and where that answer came from.
 
 Order (first hit wins): explicit `--target-version` / `--torch-version`,
-`[tool.fsdplint] target-version`, the project's declared requirement nearest to
-the linted file (lock files give the exact version; a range gives its lower
-bound, since a range that admits an affected version is affected), the
-installed distribution (metadata only, never imported), else the oldest
-version the catalog covers.
+`[tool.fsdplint] target-version`, a lock file of the project the linted file
+belongs to (the exact version), the project's declared requirement nearest to
+the file (a range gives its lower bound, since a range that admits an affected
+version is affected), the installed distribution (metadata only, never
+imported), what the code itself proves (an unguarded import that exists only
+from some release, see `evidence`), else unknown.
+
+The project of a file is found by walking up from it to the nearest directory
+with a `pyproject.toml`, `setup.cfg`, `setup.py` or `.git` (its root):
+requirement files between the file and that root count, nothing above it does,
+and fsdplint's own pyproject (its fixtures, its examples) declares nothing for
+the scripts it lints.
+
+A version that was declared, pinned or installed is *known*; one the code
+proves is a lower bound, and an unknown one is the oldest version fsdplint
+covers. Rules that depend on a version report a warning, not an error, when it
+is not known (unless `strict-versions = true`), and say what to declare.
 """
 
 from __future__ import annotations
@@ -32,14 +44,31 @@ _REQ_FILES = ("requirements*.txt", "requirements/*.txt")
 _LOCKS = ("uv.lock", "poetry.lock", "pdm.lock", "pylock.toml")
 
 
+# Where a version came from; the first four are known, "code" is a proven lower bound.
+KNOWN_KINDS = ("explicit", "config", "lock", "declared", "installed")
+
+
 @dataclass(frozen=True)
 class TargetVersion:
     package: str
     version: Version
     source: str  # human readable, e.g. "pyproject.toml: torch>=2.6"
+    kind: str = "declared"  # one of KNOWN_KINDS, "code" or "unknown"
+    line: Optional[int] = None  # for "code": the line of the code that proves it
+
+    @property
+    def known(self) -> bool:
+        return self.kind in KNOWN_KINDS
 
     def describe(self) -> str:
+        if self.kind == "code":
+            return f"{self.package} >= {self.version} ({self.source})"
         return f"{self.package} {self.version} ({self.source})"
+
+    def declare_hint(self, needed: str) -> str:
+        """What to declare so that a version-dependent finding can be decided."""
+        return (f"declare the {self.package} the project supports (e.g. `{self.package}>={needed}` in its "
+                f"requirements) or set `target-version = {{ {self.package} = \"...\" }}` in [tool.fsdplint]")
 
     def __lt__(self, other: str) -> bool:
         return self.version < Version(other)
@@ -128,12 +157,6 @@ def _lock_version(path: Path, package: str) -> Optional[Version]:
 
 
 def _declared_in_dir(d: Path, package: str) -> Optional[tuple[Optional[Version], str]]:
-    for lock in _LOCKS:
-        p = d / lock
-        if p.is_file():
-            v = _lock_version(p, package)
-            if v is not None:
-                return v, f"{lock}: {package}=={v}"
     pyproject = d / "pyproject.toml"
     if pyproject.is_file():
         data = _toml(pyproject)
@@ -166,14 +189,53 @@ def _declared_in_dir(d: Path, package: str) -> Optional[tuple[Optional[Version],
     return None
 
 
+_ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
+
+
+def _is_root(d: Path) -> bool:
+    return any((d / m).exists() for m in _ROOT_MARKERS)
+
+
+def _is_fsdplint_itself(d: Path) -> bool:
+    """fsdplint's own checkout: its requirements are the linter's, not its fixtures' or examples'."""
+    p = d / "pyproject.toml"
+    if not p.is_file():
+        return False
+    project = _toml(p).get("project", {})
+    return isinstance(project, dict) and project.get("name") == "fsdplint"
+
+
 @functools.lru_cache(maxsize=512)
-def _declared(directory: Path, package: str) -> Optional[tuple[Optional[Version], str]]:
+def project_dirs(directory: Path) -> tuple[Path, ...]:
+    """The directories from `directory` up to its project's root (inclusive); none above it.
+    Empty inside fsdplint's own checkout."""
+    out = []
     for d in (directory, *directory.parents):
+        out.append(d)
+        if _is_root(d):
+            if _is_fsdplint_itself(d):
+                return ()
+            break
+    else:
+        return (directory,)  # no project root above: only what sits next to the file
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=512)
+def _declared(directory: Path, package: str) -> Optional[tuple[Optional[Version], str, str]]:
+    """(version or None when unbounded below, where, kind "lock"/"declared") for the file's project."""
+    dirs = project_dirs(directory)
+    for d in dirs:
+        for lock in _LOCKS:
+            p = d / lock
+            if p.is_file():
+                v = _lock_version(p, package)
+                if v is not None:
+                    return v, f"{lock}: {package}=={v}", "lock"
+    for d in dirs:
         hit = _declared_in_dir(d, package)
         if hit is not None:
-            return hit
-        if (d / ".git").exists():
-            break
+            return hit[0], hit[1], "declared"
     return None
 
 
@@ -195,23 +257,105 @@ def resolve(
     config_source: str = "[tool.fsdplint]",
     use_installed: bool = True,
 ) -> TargetVersion:
+    """The version from the project and the environment; "unknown" when neither says (the caller
+    may then ask the code, see `proven`)."""
     if package in explicit:
         v = parse_version(explicit[package])
         if v is not None:
-            return TargetVersion(package, v, "--target-version")
+            return TargetVersion(package, v, "--target-version", "explicit")
     if package in config:
         v = parse_version(str(config[package]))
         if v is not None:
-            return TargetVersion(package, v, config_source)
+            return TargetVersion(package, v, config_source, "config")
+    unbounded = None
     if path is not None:
         hit = _declared(path.resolve().parent, package)
         if hit is not None:
-            v, where = hit
-            if v is None:
-                return TargetVersion(package, Version(DEFAULTS[package]), f"{where}, no lower bound: assumed the oldest covered")
-            return TargetVersion(package, v, where)
+            v, where, kind = hit
+            if v is not None:
+                return TargetVersion(package, v, where, kind)
+            unbounded = where
     if use_installed:
         v = _installed(package)
         if v is not None:
-            return TargetVersion(package, Version(f"{v.major}.{v.minor}.{v.micro}"), "installed")
-    return TargetVersion(package, Version(DEFAULTS[package]), "default: the oldest version fsdplint covers")
+            src = "installed" if unbounded is None else f"installed; {unbounded} has no lower bound"
+            return TargetVersion(package, Version(f"{v.major}.{v.minor}.{v.micro}"), src, "installed")
+    why = (f"{unbounded} has no lower bound" if unbounded else
+           "the project declares no requirement on it")
+    why += f" and it is not installed" if use_installed else ""
+    return TargetVersion(package, Version(DEFAULTS[package]),
+                         f"unknown: {why}; assumed the oldest version fsdplint covers", "unknown")
+
+
+# --- what the code proves ------------------------------------------------------------------
+# Imports that only succeed from some release: a module that does them unguarded (no try/except
+# ImportError, no version check around them) already needs that release to import at all.
+# (module, names (None: the module itself), package, since, citation)
+IMPORT_EVIDENCE: tuple[tuple[str, Optional[frozenset], str, str, str], ...] = (
+    ("torch.distributed.fsdp", frozenset({
+        "fully_shard", "FSDPModule", "MixedPrecisionPolicy", "OffloadPolicy", "CPUOffloadPolicy",
+        "register_fsdp_forward_method", "UnshardHandle",
+    }), "torch", "2.6", "torch 2.6 torch/distributed/fsdp/__init__.py makes the FSDP2 API public"),
+    ("torch.distributed.fsdp._fully_shard", None, "torch", "2.6",
+     "torch 2.6 moves FSDP2 to torch/distributed/fsdp/_fully_shard/"),
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    package: str
+    version: Version
+    node: object  # the import or call that proves it
+    what: str  # e.g. "from torch.distributed.fsdp import FSDPModule"
+    citation: str
+
+
+def _evidence_for(module: str, name: Optional[str], package: str):
+    for mod, names, pkg, since, cite in IMPORT_EVIDENCE:
+        if pkg != package:
+            continue
+        if names is None and (module == mod or module.startswith(mod + ".")):
+            return since, cite
+        if names is not None and module == mod and name in names:
+            return since, cite
+    return None
+
+
+def _unguarded(guards) -> bool:
+    return not any(g.kind in ("version", "import_error") for g in guards)
+
+
+def proven(package: str, collector) -> Optional[Evidence]:
+    """The highest release of `package` that the file's unguarded imports (and calls through an
+    imported module) need, with the node that needs it; None when nothing is proven."""
+    import libcst as cst
+
+    from fsdplint.resolve import dotted
+
+    best: Optional[Evidence] = None
+
+    def consider(since: str, cite: str, node, what: str) -> None:
+        nonlocal best
+        v = Version(since)
+        if best is None or v > best.version:
+            best = Evidence(package, v, node, what, cite)
+
+    for node, guards in collector.import_froms:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            continue
+        module = dotted(node.module) or ""
+        for alias in node.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else dotted(alias.name) or ""
+            hit = _evidence_for(module, name, package)
+            if hit and _unguarded(guards):
+                consider(hit[0], hit[1], node, f"from {module} import {name}")
+                break
+    for call in collector.calls:
+        q = call.qualname
+        if not q or not isinstance(call.node.func, cst.Attribute):
+            continue
+        module, _, name = q.rpartition(".")
+        hit = _evidence_for(module, name, package)
+        if hit and (best is None or Version(hit[0]) > best.version) and _unguarded(call.guards):
+            consider(hit[0], hit[1], call.node, q)
+    return best

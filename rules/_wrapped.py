@@ -1,7 +1,8 @@
-"""Is the model sharded by FSDP at a given point of a timeline? (shared by FSDP108 and FSDP110)."""
+"""Is the model sharded by FSDP at a given point of a timeline? (shared by FSDP108, FSDP110, FSDP401, FSDP402)."""
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 
@@ -26,3 +27,17 @@ def under_context(a, ev, *names: str) -> bool:
         if any(n in code for n in names):
             return True
     return False
+
+
+# Objects whose `save_pretrained` writes a small file and gathers nothing: configs, tokenizers, processors.
+_NOT_MODEL = re.compile(r"(?i)(config|tokenizer|processor|feature_extractor|image_processor|generation_config)$")
+
+
+def saves_no_weights(a, ev) -> bool:
+    """`model.config.save_pretrained(...)`, `tokenizer.save_pretrained(...)`: a save of an object that is not
+    the model's weights (no collective, no shard)."""
+    call = ev.call
+    if call is None or call.receiver is None:
+        return False
+    recv = a.code(call.receiver)
+    return bool(_NOT_MODEL.search(recv.split("(")[0].rsplit(".", 1)[-1]))

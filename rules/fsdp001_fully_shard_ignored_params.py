@@ -2,6 +2,7 @@ import re
 
 import libcst as cst
 
+from fsdplint import versions
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
 from fsdplint.resolve import dotted
@@ -50,7 +51,10 @@ class FullyShardIgnoredParams(Rule):
 
     ## Versions
     `ignored_params` was added to FSDP2 in torch 2.7.0 (pytorch#146631); accelerate and TRL gate it on
-    `>= 2.7.0`.
+    `>= 2.7.0`. When the project declares no torch and none is installed, the finding is a warning that
+    says what the module's own imports already need (the public FSDP2 path: torch >= 2.6) and what to
+    declare; a version check, a `try/except TypeError` fallback, or a constructor that refuses older torch
+    guards the call.
 
     ## References
     - pytorch#146631, pytorch#148242, pytorch#149074
@@ -99,6 +103,40 @@ class FullyShardIgnoredParams(Rule):
         extra = {"ignored_params": frozen} if TORCH_GE_2_7 else {}
         fully_shard(model, **extra)
         """,
+        # A feature check on the signature, and a fallback when the keyword is refused.
+        """
+        import inspect
+        from torch.distributed._composable.fsdp import fully_shard
+        if "ignored_params" in inspect.signature(fully_shard).parameters:
+            fully_shard(model, ignored_params=frozen)
+        else:
+            fully_shard(model)
+        """,
+        """
+        from torch.distributed._composable.fsdp import fully_shard
+        try:
+            fully_shard(model, ignored_params=frozen)
+        except (ImportError, TypeError):
+            fully_shard(model)
+        """,
+        # A constructor that refuses old torch guards every method of its class.
+        Valid(
+            """
+            import torch
+            from packaging.version import Version
+            from torch.distributed._composable.fsdp import fully_shard
+
+            class Engine:
+                def __init__(self, frozen):
+                    if Version(torch.__version__) < Version("2.7"):
+                        raise RuntimeError("this engine needs torch >= 2.7")
+                    self.frozen = frozen
+
+                def shard(self, model):
+                    fully_shard(model, ignored_params=self.frozen)
+            """,
+            target={"torch": "2.4"},
+        ),
         # The kwargs come from the caller: unknown, so silent.
         """
         from torch.distributed._composable.fsdp import fully_shard
@@ -113,7 +151,28 @@ class FullyShardIgnoredParams(Rule):
             frozen = {p for p in model.parameters() if not p.requires_grad}
             fully_shard(model, ignored_params=frozen)
             """,
+            target={"torch": "2.5"},
             line=3,
+        ),
+        # No version declared or installed: a warning that says what to declare.
+        Invalid(
+            """
+            from torch.distributed._composable.fsdp import fully_shard
+            frozen = {p for p in model.parameters() if not p.requires_grad}
+            fully_shard(model, ignored_params=frozen)
+            """,
+            line=3,
+            severity="warning",
+        ),
+        # The module's own imports prove torch >= 2.6, not 2.7.
+        Invalid(
+            """
+            from torch.distributed.fsdp import FSDPModule, fully_shard
+            fully_shard(model, ignored_params=frozen)
+            assert isinstance(model, FSDPModule)
+            """,
+            line=2,
+            severity="warning",
         ),
         Invalid(
             """
@@ -135,6 +194,7 @@ class FullyShardIgnoredParams(Rule):
             def main():
                 shard(model, **kwargs)
             """,
+            target={"torch": "2.4"},
             line=3,
         ),
         Invalid(
@@ -163,11 +223,30 @@ class FullyShardIgnoredParams(Rule):
         if not tv < "2.7":
             return
         a = ctx.analysis
-        message = (
-            f"`ignored_params` reaches fully_shard, which accepts it only from torch 2.7.0; the target is "
-            f"{tv.describe()}, where this raises TypeError: fully_shard() got an unexpected keyword argument "
-            f"'ignored_params'. Upgrade to torch >= 2.7, or pass it only when torch >= 2.7."
-        )
+        severity = ctx.version_severity(tv)
+        ev = versions.proven("torch", a.c) if tv.known and tv.kind == "declared" else None
+        if ev is not None and ev.version > tv.version:
+            message = (
+                f"`ignored_params` reaches fully_shard, which accepts it only from torch 2.7.0: this module already "
+                f"needs torch >= {ev.version} (line {ctx.line(ev.node)}); ignored_params needs >= 2.7, and the "
+                f"project admits older releases ({tv.describe()}), where this raises TypeError: fully_shard() got an "
+                f"unexpected keyword argument 'ignored_params'. Require torch>=2.7, or pass it only when torch >= 2.7."
+            )
+        elif tv.known or ctx.strict_versions:
+            message = (
+                f"`ignored_params` reaches fully_shard, which accepts it only from torch 2.7.0; the target is "
+                f"{tv.describe()}, where this raises TypeError: fully_shard() got an unexpected keyword argument "
+                f"'ignored_params'. Upgrade to torch >= 2.7, or pass it only when torch >= 2.7."
+            )
+        else:
+            proven = (f"this module already needs torch >= {tv.version} (line {tv.line}); " if tv.kind == "code"
+                      else "the torch version is unknown (not declared, not installed); ")
+            message = (
+                f"`ignored_params` reaches fully_shard, which accepts it only from torch 2.7.0: {proven}"
+                f"ignored_params needs >= 2.7, and on an older torch this raises TypeError: fully_shard() got an "
+                f"unexpected keyword argument 'ignored_params'. Pass it only when torch >= 2.7, or "
+                f"{tv.declare_hint('2.7')}."
+            )
         seen = set()
         for call in a.calls("fully_shard"):
             if _gated_call(a, call):
@@ -175,14 +254,14 @@ class FullyShardIgnoredParams(Rule):
             for node in _ignored_params_sources(a, call):
                 if id(node) not in seen:
                     seen.add(id(node))
-                    ctx.report(node, message)
+                    ctx.report(node, message, severity=severity)
         for call in a.calls("functools_partial"):
             target = call.arg(0)
             q = a.resolver.qualify(target) if target is not None else None
             if q and _is_fully_shard(q) and not _gated_call(a, call):
                 arg = call.kwarg("ignored_params")
                 if arg is not None:
-                    ctx.report(arg, message)
+                    ctx.report(arg, message, severity=severity)
 
     def audit(self, ctx):
         ctx.report_problems(self)
@@ -211,8 +290,8 @@ def _is_fully_shard(qualname):
 
 def _gate_in(a, guards) -> bool:
     for g in guards:
-        if g.kind == "version":
-            return True
+        if g.kind == "version" or g.caught & {"TypeError", "Exception", "BaseException"}:
+            return True  # a version/feature check, or `try: ... except TypeError:` with a fallback
         test = getattr(g.node, "test", None)
         if test is not None and _GATE.search(a.code(test)):
             return True

@@ -1,5 +1,6 @@
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
+from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 
 # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
@@ -20,6 +21,10 @@ class OversizedWrapUnit(Rule):
     Finds FSDP plans where one unit holds most of the model: FSDP1 without an auto-wrap policy, a policy
     whose classes match no module (e.g. `modules_to_save` wrappers that fail a class match), or a wrap
     class that is a container of the whole model.
+
+    The static side reports only models it knows to be large: loaded from a pretrained checkpoint
+    (`from_pretrained`) in the script. A model built in code (a small test model) or of unknown origin is
+    left to the model audit (`fsdplint model`), which knows the sizes.
 
     ## Why is this bad?
     A unit is all-gathered as a whole for its forward and backward: with one giant unit each rank holds
@@ -75,6 +80,16 @@ class OversizedWrapUnit(Rule):
                 wrap(block)
             model = FSDP(model)
         """,
+        # A toy model in a test: one unit is fine, and its size is known only to the audit.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def test_fsdp_wrap():
+            model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+            model = FSDP(model, auto_wrap_policy=None, use_orig_params=True)
+            model(torch.randn(2, 64)).sum().backward()
+        """,
         # The kwargs are built elsewhere: unknown, so silent.
         """
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -116,32 +131,37 @@ class OversizedWrapUnit(Rule):
         Invalid(
             """
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B")
             model = FSDP(model, use_orig_params=True, device_id=local_rank)
             """,
-            line=2,
+            line=4,
         ),
         Invalid(
             """
             import torch.distributed.fsdp as f
             from peft import get_peft_model as add_lora
+            from transformers import AutoModelForCausalLM
 
-            def build(model, cfg):
+            def build(name, cfg):
+                model = AutoModelForCausalLM.from_pretrained(name)
                 model = add_lora(model, cfg)
                 kwargs = {"use_orig_params": True, "auto_wrap_policy": None}
                 return f.FullyShardedDataParallel(model, **kwargs)
             """,
-            line=7,
+            line=9,
         ),
         Invalid(
             """
             from torch.distributed.fsdp import FullyShardedDataParallel
+            from transformers import AutoModelForCausalLM
 
             class Runner:
                 def setup(self):
-                    self.model = load()
+                    self.model = AutoModelForCausalLM.from_pretrained(self.name)
                     self.model = FullyShardedDataParallel(self.model, sync_module_states=True)
             """,
-            line=6,
+            line=7,
         ),
     ]
 
@@ -182,6 +202,8 @@ class OversizedWrapUnit(Rule):
                     continue
                 if t.escapes(ev.entity, ev):
                     continue
+                if not _pretrained(a, t, ev.entity):
+                    continue  # size unknown (a toy model in a test, a model built elsewhere): the audit knows sizes
                 ctx.report(
                     call.node,
                     "FullyShardedDataParallel wraps the model without an auto_wrap_policy and no submodule is "
@@ -207,6 +229,20 @@ class OversizedWrapUnit(Rule):
                                  f"parameters ({100 * unit.numel / total:.0f}%): it is all-gathered as a whole, "
                                  f"so sharding saves little. Wrap smaller modules (the transformer blocks).",
                            unit=unit.name, field="fsdp.wrap")
+
+
+def _pretrained(a, t, entity) -> bool:
+    """The wrapped model was loaded from a pretrained checkpoint in this timeline (`from_pretrained`): a model
+    known to be large. Models built in code (a 64x64 toy in a test) or of unknown origin are left to the audit."""
+    for step in t.steps:
+        call = step.call
+        if call is None or call.api != "load_model" or "from_pretrained" not in (call.qualname or ""):
+            continue
+        for tg in call.targets:
+            d = dotted(tg)
+            if d and t.find(a._target_key(step, d)) == entity:
+                return True
+    return False
 
 
 def _launch_no_wrap(a, version):

@@ -1,3 +1,4 @@
+from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.apis import api_of
 from fsdplint.audit.examples import spec
@@ -162,6 +163,17 @@ class Fsdp1MixedRequiresGrad(Rule):
         ),
     ]
     INVALID = [
+        # Before transformers 4.39 the Trainer kept the launch config's policy for a PEFT model.
+        Invalid(
+            """
+            from peft import get_peft_model
+            from transformers import Trainer
+            model = get_peft_model(model, lora_config)
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.38.2", "torch": "2.6"},
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
         Invalid(
             """
             from accelerate import Accelerator
@@ -312,8 +324,10 @@ class Fsdp1MixedRequiresGrad(Rule):
         """accelerate FSDP1 with a named policy: `accelerator.prepare` of a LoRA model mixes units."""
         a = ctx.analysis
         launch = getattr(a, "launch", None)
-        if launch is None or launch.fsdp_version != 1 or a.calls("Trainer"):
-            return  # the Trainer switches PEFT models to peft's policy itself
+        if launch is None or launch.fsdp_version != 1:
+            return
+        if a.calls("Trainer") and behaviour.holds("trainer_peft_wrap_policy", ctx.version("transformers")) is not False:
+            return  # the Trainer switches PEFT models to peft's policy itself (transformers >= 4.39)
         if a.calls("peft_fsdp_auto_wrap_policy"):
             return  # the script hands peft's policy to the plugin (`fsdp_plugin.auto_wrap_policy = ...`)
         policy = launch.get("auto_wrap_policy")
@@ -322,6 +336,28 @@ class Fsdp1MixedRequiresGrad(Rule):
         uop = launch.get("use_orig_params")
         orig = _truthy(uop.value) if uop is not None else False
         if orig is None or (orig and not tv < "2.1"):
+            return
+        trainers = a.calls("Trainer")
+        if trainers:
+            # An old Trainer prepares the PEFT model with the launch config's policy as it is.
+            tfv = ctx.version("transformers")
+            for t in a.timelines:
+                for step in t.steps:
+                    call = step.call
+                    if call is None or call.api != "Trainer":
+                        continue
+                    if not any(e.seq < step.order and _trains_adapter(a, e) for e in t.of("lora")):
+                        continue
+                    ctx.report_setting(
+                        uop or policy,
+                        f"The Trainer prepares this LoRA model with FSDP1, use_orig_params=false and a policy that "
+                        f"puts frozen base weights and trainable LoRA weights in one unit; {tfv.describe()} does not "
+                        f"switch PEFT models to peft's fsdp_auto_wrap_policy (transformers >= 4.39 does), so "
+                        f"wrapping raises \"ValueError: ... has both parameters with requires_grad=True and False\". "
+                        f"Upgrade transformers, or set fsdp_use_orig_params: true.",
+                        fallback=call.node,
+                    )
+                    return
             return
         for t in a.timelines:
             for p in t.of("prepare"):

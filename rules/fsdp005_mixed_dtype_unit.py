@@ -1,3 +1,4 @@
+from fsdplint import behaviour
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import QName
 from fsdplint.findings import Applicability, Severity
@@ -202,6 +203,8 @@ class MixedDtypeUnit(Rule):
                     continue
                 if call.kw("autocast_adapter_dtype") is not None or call.star_kwargs():
                     continue  # set explicitly (or maybe): the user decided
+                if behaviour.holds("peft_autocast_adapter_dtype", ctx.version("peft")) is False:
+                    continue  # peft < 0.12 keeps the adapters in the base model's dtype
                 load, dtype = _half_load(a, t, lora)
                 if load is None:
                     continue

@@ -57,6 +57,29 @@ class MoveAfterWrap(Rule):
     references = ("pytorch#157209", "pytorch#149395")
 
     VALID = [
+        # One helper prepares each object, in two passes (accelerate's prepare): in every call of
+        # prepare_model the move runs before the wrap.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+        class Preparer:
+            def prepare_model(self, model):
+                model = model.to(self.device)
+                model = FSDP(model, **self.fsdp_kwargs)
+                return model
+
+            def _prepare_one(self, obj, first_pass=False):
+                if first_pass and isinstance(obj, torch.nn.Module):
+                    return self.prepare_model(obj)
+                return obj
+
+            def prepare(self, model):
+                model = self._prepare_one(model, first_pass=True)
+                model = self._prepare_one(model)
+                return model
+        """,
         """
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         model = model.to(device)
@@ -189,7 +212,7 @@ class MoveAfterWrap(Rule):
             for mv in t.of("move"):
                 if mv.entity is None or (mv.ref and mv.ref.child) or _is_dtype_cast(a, mv.call):
                     continue
-                wraps = t.before(mv, kinds)
+                wraps = [w for w in t.before(mv, kinds) if not _earlier_in_same_function(mv, w)]
                 if not wraps:
                     continue
                 w = wraps[0]
@@ -200,6 +223,17 @@ class MoveAfterWrap(Rule):
                     continue  # a model was (re)loaded in between: the name may hold a new, unwrapped model
                 msg = self.message.format(method=mv.data.get("method", "to"), wrap=LABEL[w.kind], line=ctx.line(w.node))
                 ctx.report(mv.node, msg)
+
+
+def _earlier_in_same_function(mv, w) -> bool:
+    """The move comes before the wrap in the same function (and no loop of it holds both): in each call of
+    that function the move runs first; a wrap from an earlier call of it (e.g. a `prepare_model(obj)` helper
+    called once per object) acted on that call's argument, not on this one's."""
+    m, c = mv.call, w.call
+    if m is None or c is None or m.scope is not c.scope or m.scope.node is None or m.seq > c.seq:
+        return False
+    shared = {id(lp.node) for lp in m.loops} & {id(lp.node) for lp in c.loops}
+    return not shared and not (m.whiles and c.whiles)
 
 
 def _fsdp2_offloaded(a, wraps) -> bool:

@@ -1,4 +1,5 @@
 import libcst as cst
+from packaging.version import Version
 
 from fsdplint.apis import FULLY_SHARD_PUBLIC_PATH_SINCE
 from fsdplint.findings import Severity
@@ -61,7 +62,9 @@ class Fsdp2ImportPath(Rule):
 
     ## Versions
     torch 2.4 and 2.5. The target version comes from the project (lock file, requirements, pyproject,
-    `[tool.fsdplint]`), or the installed torch; the message says which one was used.
+    `[tool.fsdplint]`), or the installed torch; the message says which one was used. A project that
+    declares no torch and has none installed is not judged on a guess: its unguarded import of the public
+    FSDP2 path is itself what it needs (torch >= 2.6), so nothing is reported.
 
     ## References
     - pytorch `torch/distributed/fsdp/__init__.py` (FSDP2 exports, torch 2.6)
@@ -101,6 +104,40 @@ class Fsdp2ImportPath(Rule):
         else:
             from torch.distributed._composable.fsdp import fully_shard
         """,
+        # The project declares an old floor (a library's), but this job uses accelerate's FSDP2, which refuses
+        # torch < 2.6 (accelerate >= 1.7 FullyShardedDataParallelPlugin): the import cannot meet torch < 2.6.
+        Valid(
+            """
+            from accelerate import Accelerator, FullyShardedDataParallelPlugin
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
+            accelerator = Accelerator(fsdp_plugin=plugin)
+            """,
+            target={"torch": "2.0", "accelerate": "1.15.0"},
+        ),
+        # A constructor that refuses torch < 2.6 guards the imports in every method of its class.
+        Valid(
+            """
+            from accelerate.utils import is_torch_version
+
+            class Engine:
+                def __init__(self):
+                    if not is_torch_version(">=", "2.6.0"):
+                        raise ImportError("FSDP2 requires torch >= 2.6")
+
+                def shard(self, model):
+                    from torch.distributed.fsdp import fully_shard
+                    fully_shard(model)
+            """,
+            target={"torch": "2.4"},
+        ),
+        # No torch floor declared and none installed: the module's own unguarded FSDP2 import is what it
+        # needs (torch >= 2.6) and what its authors run; that is not an error.
+        """
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+        fully_shard(model)
+        assert isinstance(model, FSDPModule)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -109,6 +146,7 @@ class Fsdp2ImportPath(Rule):
             from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
             fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
             """,
+            target={"torch": "2.4"},
             line=2,
         ),
         Invalid(
@@ -136,6 +174,7 @@ class Fsdp2ImportPath(Rule):
             from torch.distributed.fsdp._fully_shard import fully_shard
             fully_shard(model)
             """,
+            target={"torch": "2.5.1"},
             line=1,
         ),
     ]
@@ -143,7 +182,13 @@ class Fsdp2ImportPath(Rule):
     def check(self, ctx) -> None:
         tv = ctx.version("torch")
         if not tv < FULLY_SHARD_PUBLIC_PATH_SINCE:
-            return
+            return  # (an unguarded FSDP2 import proves >= 2.6 when the project declares nothing)
+        if tv.kind not in ("installed", "lock"):  # a floor, not the exact environment
+            job = ctx.proven_by_job("torch")
+            if job is not None and not job.version < Version(FULLY_SHARD_PUBLIC_PATH_SINCE):
+                return  # the declared floor is the library's; this job's FSDP2 already needs torch >= 2.6
+        severity = ctx.version_severity(tv)
+        package_module = ctx.path is not None and (ctx.path.parent / "__init__.py").is_file()
         c = ctx.analysis.c
         for node, guards in c.import_froms:
             if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -153,7 +198,16 @@ class Fsdp2ImportPath(Rule):
             hits = [n for n in names if _is_new_path(module, n)]
             if hits and not _guarded(guards):
                 name = "fully_shard" if "fully_shard" in hits else hits[0]
-                ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()))
+                sev = severity
+                scope = c._import_scopes.get(id(node), (None, 0))[0]
+                if package_module and scope is not None and scope.node is not None:
+                    # A library's lazy import runs only when its FSDP2 path is chosen, which the library may
+                    # gate elsewhere (accelerate's plugin refuses torch < 2.6): not reported for an FSDP2
+                    # function or class, a warning otherwise.
+                    if "fsdp2" in f"{scope.klass or ''}.{scope.name}".lower():
+                        continue
+                    sev = Severity.WARNING
+                ctx.report(node, self.message.format(name=name, module=module, torch=tv.describe()), severity=sev)
         seen: set[str] = set()
         for call in c.calls:
             q = call.qualname
@@ -162,7 +216,8 @@ class Fsdp2ImportPath(Rule):
             module, _, name = q.rpartition(".")
             if _is_new_path(module, name) and not _guarded(call.guards):  # guards last: they cost a codegen
                 seen.add(q)  # one finding per name is enough
-                ctx.report(call.node, self.message.format(name=name, module=module, torch=tv.describe()))
+                ctx.report(call.node, self.message.format(name=name, module=module, torch=tv.describe()),
+                           severity=severity)
 
 
 def _guarded(guards) -> bool:

@@ -2,7 +2,7 @@ import libcst as cst
 
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesBefore, RemoveStatement, unsafe
-from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
 
 WRAPS = ("wrap1", "shard2", "ddp", "prepare")
 
@@ -186,6 +186,7 @@ class LoraAfterFsdpWrap(Rule):
             model = accelerator.prepare(model)
             model.add_adapter(lora_config)
             """,
+            options=IN_FSDP_JOB,
             line=4,
         ),
         Invalid(

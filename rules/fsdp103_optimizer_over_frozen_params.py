@@ -4,7 +4,7 @@ import libcst as cst
 
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, safe
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule
 
 # Code that changes requires_grad; after the optimizer it makes filtering at construction time wrong.
 _REQUIRES_GRAD_CHANGE = re.compile(r"\.requires_grad\s*=(?!=)|requires_grad_\(|\bunfreeze|\bset_trainable")
@@ -54,6 +54,30 @@ class OptimizerOverFrozenParams(Rule):
     references = ("mosaicml/composer#2355",)
 
     VALID = [
+        # A test file: only another test shards; this one trains a plain LoRA model.
+        """
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def test_lora_trains():
+            model = get_peft_model(make_model(), LoraConfig(target_modules=["lin0"]))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.ones(2, 8)).sum().backward()
+            optimizer.step()
+
+        def test_fsdp_wrap():
+            FSDP(get_peft_model(make_model(), LoraConfig(target_modules=["lin0"])), use_orig_params=True)
+        """,
+        # A plain LoRA script with no FSDP anywhere in its job: not fsdplint's to judge (peft's examples).
+        """
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained("org/model")
+        model = get_peft_model(model, LoraConfig(target_modules=["q_proj", "v_proj"]))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        """,
         """
         import torch
         from peft import get_peft_model
@@ -90,6 +114,7 @@ class OptimizerOverFrozenParams(Rule):
             model = get_peft_model(model, lora_config)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             """,
+            options=IN_FSDP_JOB,
             line=4,
             expected_fix="""
             import torch
@@ -138,6 +163,7 @@ class OptimizerOverFrozenParams(Rule):
             if __name__ == "__main__":
                 main()
             """,
+            options=IN_FSDP_JOB,
             line=6,
             expected_fix="""
             import torch
@@ -160,6 +186,7 @@ class OptimizerOverFrozenParams(Rule):
                     p.requires_grad = False
             opt = AdamW(model.parameters())
             """,
+            options=IN_FSDP_JOB,
             line=5,
         ),
         # Unfrozen later: still reported, but no fix (the filtered list would miss those parameters).
@@ -171,6 +198,7 @@ class OptimizerOverFrozenParams(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             model.base_model.model.lm_head.weight.requires_grad = True
             """,
+            options=IN_FSDP_JOB,
             line=4,
             expected_fix=None,
         ),
@@ -188,6 +216,8 @@ class OptimizerOverFrozenParams(Rule):
                     continue  # `named_parameters()` is another bug; bound names are followed but not rewritten
                 if not t.before(opt, ("lora", "freeze")):
                     continue
+                if id(call) in a._test_fsdp[0] and not a.fsdp_at(call):
+                    continue  # a test of its own that never shards (FSDP is only in other tests of the file)
                 ctx.report(
                     params,
                     "The optimizer is given every parameter of a model whose base is frozen: it also tracks the "

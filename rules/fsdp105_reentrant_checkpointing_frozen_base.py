@@ -1,5 +1,6 @@
+from fsdplint import behaviour
 from fsdplint.findings import Applicability, Severity
-from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
 from fsdplint.rules._checkpointing import NON_REENTRANT_DEFAULT_SINCE, hf_checkpointing
 
 
@@ -94,6 +95,17 @@ class ReentrantCheckpointingFrozenBase(Rule):
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
         model = get_peft_model(model, lora_config)
         """,
+        # trl's trainers, given peft_config, make the inputs require grad themselves (trl sft_trainer.py,
+        # every release covered), however checkpointing was turned on.
+        """
+        from peft import LoraConfig
+        from transformers import AutoModelForCausalLM, TrainingArguments
+        from trl import SFTTrainer
+        model = AutoModelForCausalLM.from_pretrained("org/model")
+        model.gradient_checkpointing_enable()
+        args = TrainingArguments(output_dir="out", gradient_checkpointing=True, fsdp="full_shard")
+        trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16), train_dataset=ds)
+        """,
         # trl's SFTTrainer prepares the PEFT model itself.
         """
         from trl import SFTConfig, SFTTrainer
@@ -136,6 +148,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
             model = get_peft_model(model, lora_config)
             model.gradient_checkpointing_enable()
             """,
+            target={"transformers": "4.46"},
+            options=IN_FSDP_JOB,
             line=3,
             expected_fix="""
             from peft import get_peft_model
@@ -149,6 +163,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
             model = peft.get_peft_model(model, cfg)
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
             """,
+            options=IN_FSDP_JOB,
             line=3,
             target={"transformers": "4.50"},
             expected_fix="""
@@ -169,6 +184,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
             )
             trainer = Trainer(model=model, args=args, train_dataset=ds)
             """,
+            target={"transformers": "4.46"},
+            options=IN_FSDP_JOB,
             line=6,
             expected_fix="""
             from transformers import Trainer, TrainingArguments as TA
@@ -193,7 +210,20 @@ class ReentrantCheckpointingFrozenBase(Rule):
                 model.gradient_checkpointing_enable()
                 return FSDP(model, use_orig_params=True)
             """,
+            target={"transformers": "4.46"},
             line=6,
+        ),
+        # No transformers version declared or installed: the reentrant default is a guess, so a warning.
+        Invalid(
+            """
+            from peft import get_peft_model
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = get_peft_model(model, lora_config)
+            model.gradient_checkpointing_enable()
+            model = FSDP(model, use_orig_params=True)
+            """,
+            line=4,
+            severity="warning",
         ),
     ]
 
@@ -208,6 +238,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
         lora_calls = a.calls("get_peft_model", "inject_adapter_in_model", "PeftModel_from_pretrained", "LoraConfig")
         if not lora_calls and a.method_calls("add_adapter"):
             return  # transformers' PEFT integration enables input grads with checkpointing
+        if _trl_prepares(ctx, a):
+            return  # trl's trainer, given peft_config, makes the inputs require grad itself
         quantized = _quantized(a)
         for site in hf_checkpointing(a):
             if site.trl:
@@ -219,6 +251,10 @@ class ReentrantCheckpointingFrozenBase(Rule):
             reentrant, why = site.reentrant(ctx)
             if not reentrant:
                 continue
+            # Reentrant by the transformers default: only as sure as the transformers version is known.
+            severity = None if site.use_reentrant is True else ctx.version_severity(ctx.version("transformers"))
+            if severity is not None:
+                why += "; " + ctx.version("transformers").declare_hint(NON_REENTRANT_DEFAULT_SINCE)
             ctx.report(
                 site.node,
                 f"Gradient checkpointing is reentrant here ({why}) and the LoRA base model is frozen, so the "
@@ -226,7 +262,26 @@ class ReentrantCheckpointingFrozenBase(Rule):
                 "not require grad' or the adapters get no gradient. Pass "
                 'gradient_checkpointing_kwargs={"use_reentrant": False} (or call model.enable_input_require_grads()).',
                 fix=site.fix(),
+                severity=severity,
             )
+
+
+# trl trainers and the behaviour entry that says they enable input grads for a PEFT model.
+_TRL_TRAINERS = {"SFTTrainer": "trl_peft_input_grads", "DPOTrainer": "trl_peft_input_grads",
+                 "GRPOTrainer": "trl_grpo_peft_input_grads", "KTOTrainer": "trl_grpo_peft_input_grads",
+                 "RewardTrainer": "trl_grpo_peft_input_grads", "RLOOTrainer": "trl_grpo_peft_input_grads"}
+
+
+def _trl_prepares(ctx, a) -> bool:
+    """A trl trainer given `peft_config=` on a trl release that enables input grads (or an unknown one)."""
+    for c in a.c.calls:
+        q = c.qualname or ""
+        if not q.startswith("trl.") or c.kwarg("peft_config") is None:
+            continue
+        key = _TRL_TRAINERS.get(q.rsplit(".", 1)[-1])
+        if key is not None and behaviour.holds(key, ctx.version("trl")) is not False:
+            return True
+    return False
 
 
 def _input_grad_hook(a) -> bool:

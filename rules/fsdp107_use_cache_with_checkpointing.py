@@ -199,8 +199,11 @@ class UseCacheWithCheckpointing(Rule):
             return  # not a transformers model: no KV cache to worry about
         if _cache_off(a):
             return
-        if trainers and ctx.version("transformers") >= "5.0":
+        tv = ctx.version("transformers")
+        if trainers and tv >= "5.0":
             return  # the Trainer applies TrainingArguments.use_cache (default False)
+        # Through a Trainer the bug needs transformers < 5: only as sure as that version is known.
+        severity = ctx.version_severity(tv) if trainers else None
         fix = _fix(a, loads)
         for s in sites:
             msg = (
@@ -209,10 +212,12 @@ class UseCacheWithCheckpointing(Rule):
                 "appends to the cache again and backward fails with CheckpointError (recomputed tensors have "
                 "different metadata). Set model.config.use_cache = False for training."
             )
+            if severity is not None:
+                msg += f" (The Trainer turns the cache off itself from transformers 5.0: {tv.declare_hint('5.0')}.)"
             if s.setting is not None:
-                ctx.report_setting(s.setting, msg, fix=fix if s.setting.node is not None else None)
+                ctx.report_setting(s.setting, msg, fix=fix if s.setting.node is not None else None, severity=severity)
             else:
-                ctx.report(s.node, msg, fix=fix)
+                ctx.report(s.node, msg, fix=fix, severity=severity)
 
 
 def _cache_off(a) -> bool:

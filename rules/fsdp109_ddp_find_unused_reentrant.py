@@ -10,6 +10,7 @@ class DdpFindUnusedReentrant(Rule):
     severity = Severity.ERROR
     summary = "DDP `find_unused_parameters=True` with reentrant checkpointing and LoRA."
     sides = "S"
+    needs_fsdp = False  # a DDP bug: reported whether or not FSDP is in the job
     fix = Applicability.SAFE
     versions = {"transformers": "<5.0"}
     doc = """

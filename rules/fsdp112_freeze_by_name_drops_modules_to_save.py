@@ -4,7 +4,7 @@ import libcst as cst
 
 from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule
 
 # peft adds these heads to `modules_to_save` itself for classification / QA task types.
 _TASKS_WITH_HEADS = {"SEQ_CLS": "classifier/score", "TOKEN_CLS": "classifier/score", "QUESTION_ANS": "qa_outputs"}
@@ -97,6 +97,7 @@ class FreezeByNameDropsModulesToSave(Rule):
                 if "lora" not in name:
                     p.requires_grad = False
             """,
+            options=IN_FSDP_JOB,
             line=6,
         ),
         Invalid(
@@ -107,6 +108,7 @@ class FreezeByNameDropsModulesToSave(Rule):
             for n, param in model.named_parameters():
                 param.requires_grad = "lora_" in n
             """,
+            options=IN_FSDP_JOB,
             line=5,
         ),
         Invalid(
@@ -123,6 +125,7 @@ class FreezeByNameDropsModulesToSave(Rule):
             model = add_lora(model, LoraConfig(task_type=TaskType.TOKEN_CLS, target_modules=["query", "value"]))
             freeze(model)
             """,
+            options=IN_FSDP_JOB,
             line=8,
         ),
     ]

@@ -1,6 +1,6 @@
 from fsdplint.audit.examples import spec, tiny
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
 from fsdplint.rules import _lora_targets
 
 # A hybrid mamba/attention model: attention (q/k/v/o_proj) in layers 2 and 6 of 8 only.
@@ -113,6 +113,7 @@ class LoraTargetNotFound(Rule):
             model = AutoModelForCausalLM.from_pretrained("meta-llama/Meta-Llama-3-8B")
             cfg = LoraConfig(r=16, target_modules=["query_key_value"])
             """,
+            options=IN_FSDP_JOB,
             line=4,
         ),
         Invalid(
@@ -122,6 +123,7 @@ class LoraTargetNotFound(Rule):
             model = AutoModelForCausalLM.from_pretrained(model_name)
             cfg = LC(r=16, target_modules=["q_proj", "vproj"])
             """,
+            options=IN_FSDP_JOB,
             line=4,
         ),
         Invalid(
@@ -131,7 +133,7 @@ class LoraTargetNotFound(Rule):
             cfg = peft.LoraConfig(r=8, target_modules=targets)
             """,
             line=3,
-            options={"model_config": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}},
+            options={**IN_FSDP_JOB, "model_config": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}},
         ),
     ]
 

@@ -1,3 +1,4 @@
+from fsdplint import behaviour
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
@@ -185,8 +186,11 @@ class Fsdp2Shards4bitBase(Rule):
             return
         torch_v, acc_v = ctx.version("torch"), ctx.version("accelerate")
         float_storage = any(_float_storage(a, c) for c in configs)
-        if torch_v >= "2.7" and acc_v >= "1.14" and not float_storage:
+        excludes = behaviour.holds("accelerate_fsdp2_ignores_params4bit", acc_v)
+        if torch_v >= "2.7" and excludes and not float_storage:
             return  # accelerate excludes the uint8 Params4bit from sharding (accelerate#3987)
+        # Whether accelerate excludes them depends on versions that are not known: a warning.
+        severity = None if float_storage else (ctx.version_severity(acc_v) or ctx.version_severity(torch_v))
         if float_storage:
             why = ("with a floating bnb_4bit_quant_storage accelerate still shards the Params4bit (it only "
                    "excludes integer storage), so their quant_state is lost")
@@ -197,7 +201,9 @@ class Fsdp2Shards4bitBase(Rule):
             where.node,
             f"This 4-bit model is trained with FSDP2: {why}. Use FSDP1 with bnb_4bit_quant_storage equal to the "
             "model dtype, or keep the default uint8 storage with accelerate >= 1.14 and torch >= 2.7 (the base "
-            "weights are then replicated, not sharded).",
+            "weights are then replicated, not sharded)."
+            + (f" ({acc_v.declare_hint('1.14')}.)" if severity is not None else ""),
+            severity=severity,
         )
 
     AUDIT_VALID = [

@@ -81,6 +81,24 @@ class EightBitWithFsdp(Rule):
             def test_fsdp_wrap(self):
                 FSDP(AutoModelForCausalLM.from_pretrained(name))
         """,
+        # A helper's 8-bit branch that the script never takes: it asks for 4 bits.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def quant_config(bits):
+            if bits == 8:
+                return BitsAndBytesConfig(load_in_8bit=True)
+            elif bits == 4:
+                return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            return None
+
+        def main():
+            bnb = quant_config(4)
+            model = AutoModelForCausalLM.from_pretrained("org/model", quantization_config=bnb, dtype=torch.bfloat16)
+            model = FSDP(model, use_orig_params=True)
+        """,
         # Explicitly off.
         Valid(
             """
@@ -91,6 +109,22 @@ class EightBitWithFsdp(Rule):
         ),
     ]
     INVALID = [
+        # The script asks the helper for its 8-bit branch.
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def quant_config(bits):
+                if bits == 8:
+                    return BitsAndBytesConfig(load_in_8bit=True)
+                return BitsAndBytesConfig(load_in_4bit=True)
+
+            model = AutoModelForCausalLM.from_pretrained("org/model", quantization_config=quant_config(8))
+            model = FSDP(model, use_orig_params=True)
+            """,
+            line=6,
+        ),
         # The same test loads in 8-bit and wraps with FSDP.
         Invalid(
             """
@@ -152,9 +186,81 @@ class EightBitWithFsdp(Rule):
             expr = a.keyword(call, "load_in_8bit")
             if expr is None or expr is UNKNOWN or a.value(expr, call.scope) is not True:
                 continue
+            if _never_taken(a, call):
+                continue  # a branch of a helper that no call of it in this script takes
             ctx.report(
                 call.kwarg("load_in_8bit") or call.node,
                 "The model is loaded in 8-bit under FSDP: bitsandbytes' int8 weights cannot be flattened or sharded "
                 "with the float parameters (ValueError: Must flatten tensors with uniform dtype ... torch.int8). Use "
                 "4-bit with bnb_4bit_quant_storage equal to the model dtype, or DDP.",
             )
+
+
+def _never_taken(a, call) -> bool:
+    """The call sits in a helper's `if` on one of its parameters (`if bits == 8:`), and every call of the
+    helper in this script passes a value that takes the other branch (`quant_config(4)`)."""
+    import libcst as cst
+
+    tests = [(g.node.test, g.branch == "body") for g in call.guards
+             if g.branch is not None and not g.loop_depth and isinstance(getattr(g.node, "test", None), cst.BaseExpression)]
+    scope = call.scope
+    if not tests or scope.node is None:
+        return False
+    steps = [s for t in a.timelines for s in t.steps if s.item is call]
+    if not steps:
+        return False
+    params = scope.params[1:] if scope.klass and scope.params[:1] == ["self"] else scope.params
+    for step in steps:
+        sites = a.site_calls(step)
+        if len(sites) < 2:
+            return False  # the helper's own timeline: nobody in this file calls it
+        site = sites[1]
+        env = {}
+        for i, p in enumerate(params):
+            arg = site.arg(i, p)
+            if arg is not None:
+                env[p] = a.value(arg, site.scope)
+        if not any(_contradicts(test, positive, env) for test, positive in tests):
+            return False
+    return True
+
+
+def _contradicts(test, positive: bool, env: dict) -> bool:
+    """`test` (as it must be for the branch: true when `positive`) is false for the parameter values in `env`."""
+    import libcst as cst
+
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _contradicts(test.expression, not positive, env)
+    if isinstance(test, cst.Name) and isinstance(env.get(test.value), bool):
+        return env[test.value] is not positive
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name):
+        value = env.get(test.left.value)
+        if value is None or value is UNKNOWN or isinstance(value, (dict, list)):
+            return False
+        comp = test.comparisons[0]
+        try:
+            literal = _literal(comp.comparator)
+        except ValueError:
+            return False
+        if isinstance(comp.operator, cst.Equal):
+            holds = value == literal
+        elif isinstance(comp.operator, cst.NotEqual):
+            holds = value != literal
+        elif isinstance(comp.operator, cst.In) and isinstance(literal, tuple):
+            holds = value in literal
+        else:
+            return False
+        return holds is not positive
+    return False
+
+
+def _literal(expr):
+    import ast
+
+    import libcst as cst
+
+    code = cst.Module([]).code_for_node(expr)
+    value = ast.literal_eval(code)
+    if isinstance(value, list):
+        value = tuple(value)
+    return value

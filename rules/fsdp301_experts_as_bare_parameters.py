@@ -1,7 +1,7 @@
 from fsdplint.audit.examples import spec, tiny
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule
 
 # Target names that show the user meant to adapt the MLP / experts, not only attention.
 _MLP_NAMES = {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp",
@@ -132,6 +132,7 @@ class ExpertsAsBareParameters(Rule):
                         self.gate_up_proj = nn.Parameter(torch.randn(2, 16, 32))
                 get_peft_model(DummyMoE(), LoraConfig(target_modules=["gate_up_proj"]))
             """,
+            options=IN_FSDP_JOB,
             line=9,
         ),
         Invalid(
@@ -148,6 +149,7 @@ class ExpertsAsBareParameters(Rule):
 
             model = get_peft_model(model, LoraConfig(r=16, target_modules=["q_proj", "v_proj", "w1", "w2"]))
             """,
+            options=IN_FSDP_JOB,
             line=8,
         ),
         Invalid(
@@ -163,6 +165,7 @@ class ExpertsAsBareParameters(Rule):
 
             config = LC(target_modules="all-linear")
             """,
+            options=IN_FSDP_JOB,
             line=8,
         ),
         Invalid(
@@ -178,6 +181,7 @@ class ExpertsAsBareParameters(Rule):
 
             cfg = LoraConfig(target_modules=["q_proj", "gate_proj", "up_proj", "down_proj"])
             """,
+            options=IN_FSDP_JOB,
             line=8,
         ),
     ]

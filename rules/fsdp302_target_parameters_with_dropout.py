@@ -1,6 +1,8 @@
+import libcst as cst
+
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
 
 from fsdplint.rules._lora_config import target_parameters
 
@@ -45,6 +47,17 @@ class TargetParametersWithDropout(Rule):
     references = ("peft#2638", "peft#3009")
 
     VALID = [
+        # target_parameters comes from the caller (a CLI option that defaults to None): unknown, so silent.
+        Valid(
+            """
+            from peft import LoraConfig
+
+            def main(model_id, target_modules, target_parameters):
+                return LoraConfig(r=16, target_modules=target_modules, target_parameters=target_parameters,
+                                  lora_dropout=0.05)
+            """,
+            options=IN_FSDP_JOB,
+        ),
         """
         from peft import LoraConfig
         cfg = LoraConfig(r=16, target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"], lora_dropout=0.0)
@@ -70,6 +83,7 @@ class TargetParametersWithDropout(Rule):
             from peft import LoraConfig
             cfg = LoraConfig(r=16, target_parameters=["mlp.experts.gate_up_proj"], lora_dropout=0.05)
             """,
+            options=IN_FSDP_JOB,
             line=2,
         ),
         Invalid(
@@ -83,6 +97,7 @@ class TargetParametersWithDropout(Rule):
                 lora_dropout=dropout,
             )
             """,
+            options=IN_FSDP_JOB,
             line=7,
         ),
         Invalid(
@@ -91,6 +106,7 @@ class TargetParametersWithDropout(Rule):
             kwargs = {"r": 8, "lora_dropout": 0.05}
             cfg = LC(target_parameters=["mlp.experts.gate_up_proj"], **kwargs)
             """,
+            options=IN_FSDP_JOB,
             line=3,
         ),
     ]
@@ -100,6 +116,9 @@ class TargetParametersWithDropout(Rule):
         for call in a.calls("LoraConfig"):
             if not target_parameters(a, call):
                 continue
+            tp = call.kw("target_parameters")
+            if isinstance(tp, cst.Name) and tp.value in call.scope.params and tp.value not in call.scope.assigns:
+                continue  # the caller's value (often an optional CLI list that defaults to None): unknown
             expr = a.keyword(call, "lora_dropout")
             if expr is None or expr is UNKNOWN:
                 continue

@@ -1,6 +1,8 @@
+from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._wrapped import saves_no_weights
 
 _ACCELERATE = {"accelerator.get_state_dict", "accelerator.save_state", "accelerator.save_model"}
 
@@ -112,7 +114,37 @@ class CollectiveInRankGuard(Rule):
             accelerator.save_model(model, "out")
         """,
     ]
+    VALID += [
+        # Saving the config or the tokenizer under a rank guard gathers nothing.
+        """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        model = AutoModelForCausalLM.from_pretrained("org/model")
+        tokenizer = AutoTokenizer.from_pretrained("org/model")
+        model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)
+        train(model)
+        if dist.get_rank() == 0:
+            model.config.save_pretrained("out")
+            tokenizer.save_pretrained("out")
+            model.generation_config.save_pretrained("out")
+        """,
+    ]
     INVALID = [
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            train(model)
+            if dist.get_rank() == 0:
+                model.save_pretrained("out")
+            """,
+            target={"transformers": "4.57.1"},
+            line=8,
+        ),
         Invalid(
             """
             import torch.distributed as dist
@@ -181,12 +213,12 @@ class CollectiveInRankGuard(Rule):
         launch = getattr(a, "launch_fsdp_version", None)
         for t in a.timelines:
             for ev in t.events:
-                if ev.kind not in ("state_dict", "save"):
-                    continue
+                if ev.kind not in ("state_dict", "save") or (ev.kind == "save" and saves_no_weights(a, ev)):
+                    continue  # (a config's or tokenizer's save_pretrained writes a small file: no collective)
                 guard = a.rank_guard(ev.step)
                 if guard is None:
                     continue
-                what = _collective(a, t, ev, launch)
+                what = _collective(a, t, ev, launch) or _gathering_save(ctx, a, t, ev, launch)
                 if what is None:
                     continue
                 ctx.report(
@@ -229,6 +261,19 @@ def _collective(a, t, ev, launch):
     if state is None and launch == 1 and _launch_wrapped(a, t, ev):
         return label
     return None
+
+
+def _gathering_save(ctx, a, t, ev, launch):
+    """save_pretrained on an FSDP2 model with a transformers that all-gathers each DTensor while writing."""
+    if ev.kind != "save" or ev.call is None or a.keyword(ev.call, "state_dict") is not None:
+        return None
+    state = t.wrap_state(ev.entity, ev.seq, at=ev) if ev.entity else None
+    if state != "fsdp2" and not (state is None and launch == 2 and t.before(ev, ("prepare",))):
+        return None
+    tv = ctx.version("transformers")
+    if not behaviour.holds("save_pretrained_gathers_dtensors", tv):
+        return None
+    return f"save_pretrained() on an FSDP2 model ({tv.describe()} gathers each DTensor with full_tensor())"
 
 
 def _options_call(a, expr, call):

@@ -1,5 +1,7 @@
+from fsdplint import behaviour
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._wrapped import saves_no_weights
 
 
 class SaveFromShardedModel(Rule):
@@ -48,7 +50,12 @@ class SaveFromShardedModel(Rule):
     No automatic fix: the gather must run on every rank, and only rank 0 should write.
 
     ## Versions
-    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3.
+    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3. transformers 4.51 to
+    5.23 gather each DTensor in `save_pretrained` (`full_tensor()` while writing the shards), so there
+    `save_pretrained()` on every rank of an FSDP2 model writes the full weights and is not reported (on one
+    rank only it hangs: FSDP401); transformers 5.24 gathers only models loaded with its own
+    `distributed_config`. With an unknown transformers version the finding is a warning (see
+    `fsdplint/behaviour.py`, `save_pretrained_gathers_dtensors`).
 
     ## References
     - pytorch#122903, pytorch#143536; accelerate#2000, accelerate#4206
@@ -104,6 +111,31 @@ class SaveFromShardedModel(Rule):
         fully_shard(model)
         """,
     ]
+    VALID += [
+        # transformers 4.51-5.23 save_pretrained gathers each DTensor (full_tensor) while writing: called on
+        # every rank it writes the full weights.
+        Valid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            train(model)
+            model.save_pretrained("out")
+            """,
+            target={"transformers": "4.57.1"},
+        ),
+        # The config of an FSDP2 model is a small JSON file: no shard in it.
+        """
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        train(model)
+        model.config.save_pretrained("out")
+        tokenizer.save_pretrained("out")
+        """,
+    ]
     INVALID = [
         Invalid(
             """
@@ -129,6 +161,7 @@ class SaveFromShardedModel(Rule):
                 fsdp2.fully_shard(model)
                 model.save_pretrained("adapter")
             """,
+            target={"transformers": "5.24.0"},
             line=9,
         ),
         Invalid(
@@ -174,13 +207,32 @@ class SaveFromShardedModel(Rule):
                 what = self._saved(a, t, ev, launch, sharded_type)
                 if what is None:
                     continue
+                severity = None
+                if ev.kind == "save" and saves_no_weights(a, ev):
+                    continue
+                if ev.kind == "save" and "FSDP2" in what and a.rank_guard(ev.step) is not None and behaviour.holds(
+                        "save_pretrained_gathers_dtensors", ctx.version("transformers")):
+                    continue  # a gather on one rank only: FSDP401's hang
+                if ev.kind == "save" and "FSDP2" in what and a.rank_guard(ev.step) is None:
+                    # On every rank: transformers releases that gather each DTensor in save_pretrained write
+                    # the full weights (on one rank only it is FSDP401's hang).
+                    gathers = behaviour.holds("save_pretrained_gathers_dtensors", ctx.version("transformers"))
+                    if gathers:
+                        continue
+                    if gathers is None:
+                        severity = ctx.version_severity(ctx.version("transformers"))
                 ctx.report(
                     ev.node,
                     f"{what} reads the parameters of a sharded model, so it writes this rank's shard (or an "
                     "empty view), not the trained weights; the file loads later without error. Gather a full "
                     "state dict first — FSDP2: get_model_state_dict(model, options=StateDictOptions("
                     "full_state_dict=True)); FSDP1: FSDP.state_dict_type(model, FULL_STATE_DICT); accelerate: "
-                    "accelerator.get_state_dict(model) — and pass it as state_dict=.",
+                    "accelerator.get_state_dict(model) — and pass it as state_dict=."
+                    + (f" (transformers {behaviour.BEHAVIOURS['save_pretrained_gathers_dtensors'].since} to "
+                       f"{behaviour.BEHAVIOURS['save_pretrained_gathers_dtensors'].until} gather the DTensors in "
+                       f"save_pretrained themselves; the target is {ctx.version('transformers').describe()}: "
+                       f"{ctx.version('transformers').declare_hint('5.24')}.)" if severity is not None else ""),
+                    severity=severity,
                 )
 
     @staticmethod

@@ -128,6 +128,15 @@ def test_lint_hook_fails_on_buggy_and_passes_on_clean(hook_repo, pre_commit_home
     assert "Passed" in good.stdout
 
 
+def test_hook_without_torch_passes_a_correct_fsdp2_script_that_declares_no_version(hook_repo, pre_commit_home, project):
+    # No torch in the hook's environment and no version declared: the script's own public FSDP2 import
+    # proves torch >= 2.6, so no FSDP008 from a guessed torch 2.4 (the CLI with torch installed agrees).
+    add(project, "clean.py", CLEAN)
+    good = try_repo(hook_repo, pre_commit_home, project, "fsdplint", "clean.py")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "FSDP008" not in good.stdout and "Passed" in good.stdout
+
+
 def _fix_example():
     """A static rule with a fix and a documented result; safe fixes preferred."""
     candidates = [

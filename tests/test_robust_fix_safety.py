@@ -23,6 +23,7 @@ class MarkerFix(Rule):
     code = "FSDP996"
     name = "marker-fix"
     severity = Severity.WARNING
+    needs_fsdp = False  # about the engine, not about FSDP: runs on any file
     summary = "Offers deliberately bad fixes for names that start with marker_, grow or to_arrow."
     fix = Applicability.SAFE
 

@@ -17,6 +17,7 @@ class ExplodingRule(Rule):
     code = "FSDP998"
     name = "exploding-rule"
     severity = Severity.ERROR
+    needs_fsdp = False  # about the engine, not about FSDP: runs on any file
     summary = "Raises on files that contain the word EXPLODE."
 
     def check(self, ctx):

@@ -1,0 +1,149 @@
+"""What libraries do to a model or a job, by version: data with citations, consulted by the rules.
+
+A rule that depends on how transformers, trl, peft or accelerate behave asks `holds(key, target)`
+instead of hard-coding one release's behaviour. Each entry names the first release with the
+behaviour (`since`), the first without it (`until`, when it stopped), what was read to establish it
+(`read`: file and release) and what could not be checked (`unverified`).
+
+`holds` answers True / False for a known target version and None when the version is unknown (not
+declared, pinned or installed): a rule then stays silent, or reports a warning that says what to declare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from packaging.version import Version
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    key: str
+    package: str
+    what: str
+    since: Optional[str]  # first release with it; None: every release fsdplint covers
+    until: Optional[str] = None  # first release without it
+    read: str = ""  # the sources read (file and release)
+    unverified: str = ""  # what the table states without having read it
+
+
+BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
+    Behaviour(
+        "trainer_peft_wrap_policy", "transformers",
+        "With FSDP enabled, Trainer replaces the FSDP plugin's auto_wrap_policy with peft's "
+        "fsdp_auto_wrap_policy(model) for a PEFT model before accelerator.prepare, so LoRA layers get their "
+        "own units (FSDP1 + LoRA + use_orig_params=False then wraps); before it, a named policy put frozen and "
+        "trainable parameters in one FlatParameter and wrapping raised.",
+        since="4.39.0",
+        read="transformers 5.24.0 trainer.py (`update_fsdp_plugin_peft` before `accelerator.prepare`) and "
+             "distributed/fsdp.py (`update_fsdp_plugin_peft`: any PeftConfig); a 4.x trainer.py "
+             "(`Trainer._fsdp_qlora_plugin_updates`: LoraConfig only)",
+        unverified="the first release (4.39.0, the FSDP + QLoRA release that added _fsdp_qlora_plugin_updates) "
+                   "is from its release notes; the 4.x source read had no version number",
+    ),
+    Behaviour(
+        "save_pretrained_gathers_dtensors", "transformers",
+        "save_pretrained calls full_tensor() on every DTensor of the state dict while writing the shards, so "
+        "on an FSDP2 model (fully_shard, or accelerate's FSDP2) it all-gathers each parameter: called on every "
+        "rank it writes the full weights; called on one rank only it hangs in the first all-gather.",
+        since="4.51.0", until="5.24.0",
+        read="a transformers 5.x modeling_utils.py save_pretrained (with save_original_format; `if "
+             "_is_dtensor_available and isinstance(tensor, DTensor): tensor = tensor.full_tensor()`); "
+             "transformers 5.24.0 modeling_utils.py (no DTensor gather left: only distributed_config models "
+             "are gathered, see save_pretrained_gathers_distributed)",
+        unverified="the first release (4.51.0, with tensor-parallel saving) and the last one before 5.24 that "
+                   "still gathers were not read; 5.x releases before 5.24 are assumed to gather",
+    ),
+    Behaviour(
+        "save_pretrained_gathers_distributed", "transformers",
+        "save_pretrained on a model loaded with transformers' own `distributed_config=` (data-parallel "
+        "sharding) gathers the full state dict itself (get_model_state_dict(full_state_dict=True)); it must "
+        "be called on every rank, and rank 0 writes. A model sharded by fully_shard/accelerate is not "
+        "gathered: its state dict still holds this rank's DTensor shards.",
+        since="5.24.0",
+        read="transformers 5.24.0 modeling_utils.py (save_pretrained -> gather_sharded_state_dict_for_save), "
+             "distributed/mixin.py (dp_size > 1 -> gather_full_state_dict), distributed/utils.py",
+        unverified="releases of 5.x before 5.24 were not read: the table starts at 5.24.0",
+    ),
+    Behaviour(
+        "trl_peft_input_grads", "trl",
+        "trl's SFTTrainer and DPOTrainer, given peft_config (or a PEFT model) with gradient checkpointing, "
+        "make the inputs require grad themselves (enable_input_require_grads, or prepare_model_for_kbit_training "
+        "for a quantized model), so reentrant checkpointing of a frozen base gets gradients.",
+        since=None,
+        read="trl v0.8.0, v0.11.0, v0.13.0, v0.15.0, v0.19.0, v0.21.0 trainer/sft_trainer.py and "
+             "trainer/dpo_trainer.py (enable_input_require_grads under peft_config + gradient_checkpointing); "
+             "v0.23.0-v0.25.0 models/utils.py (prepare_peft_model); v0.27.0-v1.5.0 and main trainer/sft_trainer.py",
+    ),
+    Behaviour(
+        "trl_grpo_peft_input_grads", "trl",
+        "trl's GRPOTrainer (and at main KTO, Reward, RLOO) enable input grads for PEFT models with "
+        "gradient checkpointing.",
+        since="0.17.0",
+        read="trl v0.15.0 (absent) and v0.17.0, v1.5.0, main trainer/grpo_trainer.py (present)",
+    ),
+    Behaviour(
+        "training_args_fsdp_default_v2", "transformers",
+        "TrainingArguments(fsdp=...) without fsdp_config['version'] means FSDP2.",
+        since="5.0.0",
+        read="transformers 5.24.0 training_args.py (`fsdp_config.get(\"version\", 2)`)",
+        unverified="the switch is dated to 5.0.0 from the v5 release notes; 4.57 defaults to FSDP1",
+    ),
+    Behaviour(
+        "peft_autocast_adapter_dtype", "peft",
+        "get_peft_model(autocast_adapter_dtype=True) is the default and upcasts fp16/bf16 adapter weights to "
+        "float32, so a LoRA unit mixes float32 adapters with a bf16 base unless it is passed False.",
+        since="0.12.0",
+        read="peft 0.21.2 mapping_func.py (default True); peft v0.11.1 mapping.py (absent) and v0.12.0 (present)",
+    ),
+    Behaviour(
+        "accelerate_fsdp2_ignores_params4bit", "accelerate",
+        "accelerate's fsdp2_prepare_model passes the frozen non-floating Params4bit as ignored_params "
+        "(torch >= 2.7 only), so the uint8-stored 4-bit base is replicated, not sharded.",
+        since="1.14.0",
+        read="accelerate 1.15.0 utils/fsdp_utils.py (\"Exclude non-floating frozen Params4bit\", gated on "
+             "is_torch_version('>=', '2.7.0')); v1.13.0 (absent) and v1.14.0 (present)",
+    ),
+    Behaviour(
+        "accelerate_fsdp2_requires_torch_2_6", "accelerate",
+        "accelerate's FSDP2 (FullyShardedDataParallelPlugin(fsdp_version=2), or fsdp_version: 2 in a launch "
+        "config) raises ImportError on torch < 2.6: a job that uses it already needs torch >= 2.6.",
+        since="1.7.0",
+        read="accelerate v1.6.0 utils/constants.py (FSDP2_PYTORCH_VERSION = \"2.5.1\"), v1.7.0 and 1.15.0 "
+             "(\"2.6.0\"); 1.15.0 utils/dataclasses.py and accelerator.py raise for fsdp_version == 2 below it",
+    ),
+)}
+
+
+def holds(key: str, target) -> Optional[bool]:
+    """Whether the behaviour holds for `target` (a versions.TargetVersion): None when the version is not
+    known (an unknown version, or only a lower bound the code proves)."""
+    b = BEHAVIOURS[key]
+    if b.since is None and b.until is None:
+        return True  # every release fsdplint covers
+    v: Version = target.version
+    if not getattr(target, "known", True):
+        # A proven lower bound decides a behaviour that started at or below it and never stopped.
+        if getattr(target, "kind", "") == "code" and b.until is None and b.since is not None and v >= Version(b.since):
+            return True
+        return None
+    if b.since is not None and v < Version(b.since):
+        return False
+    if b.until is not None and v >= Version(b.until):
+        return False
+    return True
+
+
+def cite(key: str) -> str:
+    """A short citation for messages and docs: what was read."""
+    b = BEHAVIOURS[key]
+    return f"{b.package} {('>= ' + b.since) if b.since else '(all covered releases)'}; read: {b.read}"
+
+
+def training_args_fsdp_version(transformers) -> Optional[int]:
+    """The FSDP version `TrainingArguments(fsdp=...)` means without `fsdp_config["version"]`: 2 from
+    transformers 5, 1 before, None when the transformers version is unknown. (For launch.py, which today
+    reads it as FSDP1 on every release.)"""
+    holds_v2 = holds("training_args_fsdp_default_v2", transformers)
+    return None if holds_v2 is None else (2 if holds_v2 else 1)
