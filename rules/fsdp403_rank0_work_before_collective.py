@@ -1,5 +1,5 @@
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule
 
 # torch.distributed collectives a waiting rank can sit in.
 _TORCH_COLLECTIVES = {
@@ -178,6 +178,7 @@ class Rank0WorkBeforeCollective(Rule):
             trainer.accelerator.wait_for_everyone()
             """,
             line=7,
+            options=IN_FSDP_JOB,
         ),
         Invalid(
             """
@@ -196,6 +197,7 @@ class Rank0WorkBeforeCollective(Rule):
                 d.barrier()
             """,
             line=6,
+            options=IN_FSDP_JOB,
         ),
         Invalid(
             """
@@ -208,6 +210,7 @@ class Rank0WorkBeforeCollective(Rule):
             accelerator.wait_for_everyone()
             """,
             line=5,
+            options=IN_FSDP_JOB,
         ),
     ]
 
