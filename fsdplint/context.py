@@ -17,12 +17,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Report:
-    __slots__ = ("rule", "node", "message", "fix", "setting")
+    __slots__ = ("rule", "node", "message", "fix", "setting", "severity")
 
-    def __init__(self, rule, node, message, fix, setting=None) -> None:
+    def __init__(self, rule, node, message, fix, setting=None, severity=None) -> None:
         self.rule, self.node, self.message, self.fix = rule, node, message, fix
         # A launch-config setting outside the script (a YAML line) the finding points at.
         self.setting = setting
+        # A lower severity than the rule's, for a finding that depends on a version nobody declared.
+        self.severity = severity
 
 
 class LintContext:
@@ -64,7 +66,18 @@ class LintContext:
         yaml_facts = self.options.get("launch")
         if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
             yaml_facts = launch_mod.find_accelerate_config(self.path)
+            if yaml_facts is None:
+                from fsdplint.toolconfigs.jobs import launcher_config
+
+                # An accelerate config elsewhere (configs/fsdp.yaml) that a launcher names with this script.
+                yaml_facts = launcher_config(self.path, self.options.get("project_root"))
         script_facts = launch_mod.from_script(a)
+        if script_facts is not None and script_facts.fsdp_version is not None and script_facts.get("version") is None \
+                and script_facts.get("sharding") is not None:
+            from fsdplint.toolconfigs.defaults import trainer_fsdp_version
+
+            # TrainingArguments(fsdp=...) without a version: the Trainer's default, by transformers version.
+            script_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers"))
         facts = yaml_facts.merged(script_facts) if (yaml_facts and script_facts) else (yaml_facts or script_facts)
         if facts is not None:
             a.launch = facts
@@ -102,12 +115,15 @@ class LintContext:
         assert rule is not None, "report() outside a rule"
         self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix))
 
-    def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None) -> None:
-        """Report at a launch-config setting: its script node, or its line in the YAML file."""
+    def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None,
+                       severity=None) -> None:
+        """Report at a launch-config setting: its script node, or its line in the YAML file.
+        `severity` (YAML lines only) lowers the rule's severity, e.g. when a tool version is unknown."""
         if setting is not None and setting.node is not None:
             self.report(setting.node, message, fix=fix)
         elif setting is not None and setting.filename:
             rule = self.rule
-            self.reports.append(Report(rule, None, message or getattr(rule, "message", rule.summary), None, setting))
+            self.reports.append(Report(rule, None, message or getattr(rule, "message", rule.summary), None, setting,
+                                       severity))
         elif fallback is not None:
             self.report(fallback, message, fix=fix)

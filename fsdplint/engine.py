@@ -256,8 +256,7 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
         if st is None:
             continue
         if st.filename not in texts:
-            launch = getattr(ctx.analysis, "launch", None)
-            text = launch.text if launch is not None and launch.source == st.filename else ""
+            text = _setting_text(ctx, st.filename)
             texts[st.filename] = (text.splitlines(), NoqaMap(text))
         lines, noqa = texts[st.filename]
         if noqa.suppresses(r.rule.code, (st.line,)):
@@ -265,9 +264,25 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
         line = lines[st.line - 1] if 0 < st.line <= len(lines) else ""
         col = len(line) - len(line.lstrip()) + 1
         f = _finding(r.rule.code, st.filename, r.message, st.line, col, line)
+        if r.severity is not None:
+            f.severity = r.severity
         f.end = Position(st.line, len(line) + 1)
         out.append(f)
     return out
+
+
+def _setting_text(ctx: LintContext, filename: str) -> str:
+    """The text of the file a launch setting was read from: the launch config, the tool job, or the file."""
+    launch = getattr(ctx.analysis, "launch", None)
+    if launch is not None and launch.source == filename:
+        return launch.text
+    job = ctx.options.get("job")
+    if job is not None and job.filename == filename:
+        return job.text
+    try:
+        return Path(filename).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def _selected_fixes(findings: list[Finding], mode: str) -> list[Finding]:
@@ -354,6 +369,32 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
     return [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
 
 
+def lint_tool_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig, path: Optional[Path]) -> list[Finding]:
+    """An axolotl / LLaMA-Factory config: the rules' job side, and their launch side on its FSDP settings."""
+    from dataclasses import replace
+
+    from fsdplint import versions as versions_mod
+    from fsdplint.toolconfigs import read_job
+    from fsdplint.toolconfigs.jobs import launch_for_job
+
+    explicit = settings.targets
+    libs = {pkg: versions_mod.resolve(pkg, path, explicit, fcfg.config.target_version,
+                                      str(fcfg.config.source.name) if fcfg.config.source else "[tool.fsdplint]",
+                                      settings.use_installed)
+            for pkg in ("transformers", "bitsandbytes")}
+    job = read_job(text, filename, path=path, explicit=explicit, use_installed=settings.use_installed, versions=libs)
+    if job is None:
+        return []
+    if path is not None and settings.options.get("discover_launch", True):
+        launch_for_job(job, path, settings.options.get("project_root"))
+    options = {**settings.options, "job": job, "launch": job.launch, "discover_launch": False}
+    yaml_settings = replace(settings, options=options, prefilter=False)
+    out = lint_text("", filename, yaml_settings, path, fcfg)
+    # Findings of the job (its YAML lines) and of the accelerate config it is launched with.
+    keep = {filename} | ({job.launch.source} if job.launch is not None and job.launch.source else set())
+    return [f for f in out if f.filename in keep]
+
+
 _DEEP_STACK = 512 * 1024 * 1024
 
 
@@ -412,6 +453,10 @@ def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) ->
     else:
         src = SourceFile(text, "utf-8", False)
     if filename.endswith((".yaml", ".yml")):
+        from fsdplint.toolconfigs import recognise
+
+        if recognise(text, filename) is not None:
+            return FileResult(filename, lint_tool_yaml(text, filename, settings, fcfg, path), source=src)
         return FileResult(filename, lint_launch_yaml(text, filename, settings, fcfg), source=src)
     try:
         if settings.fix:

@@ -2,6 +2,7 @@ from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._jobs import job_of, report_job
 
 
 class Fsdp2Shards4bitBase(Rule):
@@ -160,6 +161,10 @@ class Fsdp2Shards4bitBase(Rule):
     ]
 
     def check(self, ctx) -> None:
+        job = job_of(ctx)
+        if job is not None:
+            self._check_job(ctx, job)
+            return
         a = ctx.analysis
         configs = [c for c in a.calls("BitsAndBytesConfig") if _true(a, c, "load_in_4bit")]
         loads = [c for c in a.calls("load_model") if _true(a, c, "load_in_4bit") or _uses_config(a, c, configs)]
@@ -199,6 +204,23 @@ class Fsdp2Shards4bitBase(Rule):
             "model dtype, or keep the default uint8 storage with accelerate >= 1.14 and torch >= 2.7 (the base "
             "weights are then replicated, not sharded).",
         )
+
+    def _check_job(self, ctx, job) -> None:
+        """An axolotl / LLaMA-Factory job that trains a 4-bit base under FSDP2."""
+        q = job.quant
+        if q is None or q.bits != 4 or job.fsdp_version != 2:
+            return
+        gate = job.gate(self.code)
+        if self.code not in job.gates:
+            # No patch of the tool's own: accelerate decides (as for a script launched with FSDP2).
+            torch_v, acc_v = ctx.version("torch"), ctx.version("accelerate")
+            if q.storage is None and torch_v >= "2.7" and acc_v >= "1.14":
+                return  # accelerate excludes the uint8 Params4bit from sharding (accelerate#3987)
+        report_job(ctx, q.setting,
+                   f"{job.name} trains this 4-bit model with FSDP2 ({job.fsdp_version_why}): bitsandbytes has no "
+                   f"FSDP2 support, so each Params4bit becomes a plain DTensor and its quant_state is lost (silent "
+                   f"garbage or 'only Tensors of floating point dtype can require gradients')", gate,
+                   job.remedy.get(self.code))
 
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},

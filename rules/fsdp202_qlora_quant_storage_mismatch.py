@@ -5,6 +5,7 @@ from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._jobs import job_of, report_job
 
 
 class QloraQuantStorageMismatch(Rule):
@@ -200,6 +201,10 @@ class QloraQuantStorageMismatch(Rule):
     ]
 
     def check(self, ctx) -> None:
+        job = job_of(ctx)
+        if job is not None:
+            self._check_job(ctx, job)
+            return
         a = ctx.analysis
         loads = a.calls("load_model")
         for bnb in a.calls("BitsAndBytesConfig"):
@@ -235,6 +240,24 @@ class QloraQuantStorageMismatch(Rule):
                     f"Must flatten tensors with uniform dtype). Set bnb_4bit_quant_storage={dtype_name}.",
                     fix=_fix(ctx, a, bnb, dtype, load, dtype_name, replace=True),
                 )
+
+    def _check_job(self, ctx, job) -> None:
+        """An axolotl / LLaMA-Factory job: the storage the tool gives its 4-bit weights under FSDP1."""
+        q = job.quant
+        if q is None or q.bits != 4 or job.fsdp_version != 1:
+            return
+        gate = job.gate(self.code)
+        if q.storage is None:
+            report_job(ctx, q.setting,
+                       f"{job.name} loads this model in 4-bit under FSDP1 ({job.fsdp_version_why}) with the default "
+                       f"uint8 bnb_4bit_quant_storage: FSDP1 cannot flatten integer tensors (ValueError: Cannot "
+                       f"flatten integer dtype tensors / Must flatten tensors with uniform dtype ... torch.uint8)",
+                       gate, job.remedy.get(self.code))
+        elif q.model_dtype is not None and q.storage != q.model_dtype:
+            report_job(ctx, q.storage_setting or q.setting,
+                       f"{job.name} stores the 4-bit weights as {q.storage} but loads the model as {q.model_dtype}: "
+                       f"FSDP1 cannot flatten a unit mixing the two dtypes (ValueError: Must flatten tensors with "
+                       f"uniform dtype). Set the quant storage to {q.model_dtype}", gate)
 
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},
