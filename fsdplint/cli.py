@@ -104,7 +104,7 @@ def _lintable_yaml(path: Path, named: set) -> bool:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    from fsdplint.toolconfigs import recognise
+    from fsdplint.toolconfigs.read import recognise
 
     return recognise(text, str(path)) is not None
 

@@ -374,7 +374,7 @@ def lint_tool_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfi
     from dataclasses import replace
 
     from fsdplint import versions as versions_mod
-    from fsdplint.toolconfigs import read_job
+    from fsdplint.toolconfigs.read import read_job
     from fsdplint.toolconfigs.jobs import launch_for_job
 
     explicit = settings.targets
@@ -453,7 +453,7 @@ def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) ->
     else:
         src = SourceFile(text, "utf-8", False)
     if filename.endswith((".yaml", ".yml")):
-        from fsdplint.toolconfigs import recognise
+        from fsdplint.toolconfigs.read import recognise
 
         if recognise(text, filename) is not None:
             return FileResult(filename, lint_tool_yaml(text, filename, settings, fcfg, path), source=src)

@@ -13,14 +13,15 @@ def job_of(ctx):
     return options.get("job")
 
 
-def report_job(ctx, setting, message: str, gate, remedy: Optional[str] = None) -> None:
+def report_job(ctx, setting, message: str, gate=None, remedy: Optional[str] = None) -> None:
     """Report at a job's YAML line unless the tool handles it at this version; a finding that
     depends on a tool version nobody declared is a warning saying what to declare."""
-    if gate.affected is False or setting is None:
+    if setting is None or (gate is not None and gate.affected is False):
         return
     rule = ctx.rule
-    severity = Severity.WARNING if gate.affected is None and rule.severity is Severity.ERROR else None
-    text = message.rstrip(".") + gate.suffix() + "."
+    unknown = gate is not None and gate.affected is None
+    severity = Severity.WARNING if unknown and rule.severity is Severity.ERROR else None
+    text = message.rstrip(".") + (gate.suffix() if gate is not None else "") + "."
     if remedy:
         text += " " + remedy
     ctx.report_setting(setting, text, severity=severity)

@@ -17,7 +17,9 @@ class Fsdp2Shards4bitBase(Rule):
     Finds bitsandbytes `Params4bit` weights (QLoRA base weights) inside an FSDP2 unit that are not in
     `ignored_params`. In scripts, finds a 4-bit load (`BitsAndBytesConfig(load_in_4bit=True)`) of a model
     that is then sharded with `fully_shard` without `ignored_params`, or launched with accelerate / the
-    Trainer on FSDP2 where accelerate does not exclude the 4-bit weights itself.
+    Trainer on FSDP2 where accelerate does not exclude the 4-bit weights itself. In axolotl and
+    LLaMA-Factory configs, finds a 4-bit base under `fsdp_version: 2`, except where the tool keeps
+    Params4bit itself (axolotl >= 0.12.0 with `adapter: qlora`).
 
     ## Why is this bad?
     bitsandbytes has no FSDP2 all-gather extension: `fully_shard` turns each `Params4bit` into a plain

@@ -25,7 +25,10 @@ class QloraQuantStorageMismatch(Rule):
     (`bnb_4bit_quant_storage`, uint8 by default) and runs FSDP1's own flattening checks on each unit.
     In scripts, finds `BitsAndBytesConfig(load_in_4bit=True)` under FSDP1 (`FullyShardedDataParallel`,
     or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, or with one that differs
-    from the `dtype=`/`torch_dtype=` the model is loaded with.
+    from the `dtype=`/`torch_dtype=` the model is loaded with. In axolotl and LLaMA-Factory configs, finds
+    a 4-bit base under FSDP1 that the tool loads without a float storage: axolotl's `adapter: lora` with
+    `load_in_4bit` (before v0.13.0; axolotl sets the storage only for `adapter: qlora`), LLaMA-Factory
+    with a transformers < 4.39 or bitsandbytes < 0.43 that drops its `bnb_4bit_quant_storage`.
 
     ## Why is this bad?
     A `FlatParameter` needs one floating dtype. With the default uint8 storage FSDP1 raises `ValueError:

@@ -21,7 +21,9 @@ class EightBitWithFsdp(Rule):
     ## What it does
     Finds `load_in_8bit=True` (in `BitsAndBytesConfig` or passed to `from_pretrained`) in a script that
     shards the model with FSDP (`FullyShardedDataParallel`, `fully_shard`, an accelerate FSDP config or
-    `TrainingArguments(fsdp=...)`).
+    `TrainingArguments(fsdp=...)`), and `load_in_8bit: true` / `quantization_bit: 8` in an axolotl or
+    LLaMA-Factory config with FSDP (except where the tool refuses it or handles it: LLaMA-Factory >= 0.8.2,
+    axolotl >= 0.15.0 under FSDP2).
 
     ## Why is this bad?
     bitsandbytes stores 8-bit weights as `Int8Params` with an int8 dtype and has no float storage option

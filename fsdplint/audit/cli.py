@@ -89,7 +89,7 @@ def _tool_spec(config, config_json, flags):
     if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
         return None
     from fsdplint.audit.spec import AuditInputError, apply_overrides
-    from fsdplint.toolconfigs import read_job
+    from fsdplint.toolconfigs.read import read_job
 
     try:
         text = path.read_text(encoding="utf-8")

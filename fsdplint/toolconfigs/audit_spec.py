@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.toolconfigs import Job
+from fsdplint.toolconfigs.job import Job
 
 _WRAP_KEYS = ("transformer_layer_cls_to_wrap", "transformer_cls_names_to_wrap")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.toolconfigs import Job
+from fsdplint.toolconfigs.job import Job
 
 
 def launch_for_job(job: Job, path: Path, root: Optional[str] = None) -> None:
@@ -15,9 +15,9 @@ def launch_for_job(job: Job, path: Path, root: Optional[str] = None) -> None:
         return
     facts = launcher_config(path, root)
     if facts is not None:
-        from fsdplint.toolconfigs import llamafactory
+        from fsdplint.toolconfigs.llamafactory import use_launch
 
-        llamafactory.use_launch(job, facts, f"launched with {facts.source}")
+        use_launch(job, facts, f"launched with {facts.source}")
 
 
 def launcher_config(path: Path, root: Optional[str] = None):

@@ -21,7 +21,7 @@ from typing import Optional
 from packaging.version import Version
 
 from fsdplint.launch import LaunchFacts, Setting, _norm
-from fsdplint.toolconfigs import Gate, Job, Quant, dtype_name, family_of
+from fsdplint.toolconfigs.job import Gate, Job, Quant, dtype_name, family_of
 from fsdplint.toolconfigs.defaults import BEHAVIOUR, QUANT_STORAGE_NEEDS, known, since, trainer_fsdp_version
 
 _STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
