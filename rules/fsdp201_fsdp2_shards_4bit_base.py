@@ -53,6 +53,19 @@ class Fsdp2Shards4bitBase(Rule):
     - axolotl#2992, trl#6343, torchtune#909
     """
     VALID = [
+        # ... and FSDP1 before transformers 5.10: FSDP202's route, not this rule's.
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.57.1", "torch": "2.7", "accelerate": "1.15.0"},
+        ),
         # Catalog correction b: the frozen 4-bit weights are excluded through ignored_params (torch >= 2.7).
         Valid(
             """
@@ -115,6 +128,20 @@ class Fsdp2Shards4bitBase(Rule):
         ),
     ]
     INVALID = [
+        # TrainingArguments(fsdp=...) without a version is FSDP2 from transformers 5.10 (transformers#45640).
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "5.24.0", "torch": "2.7", "accelerate": "1.15.0"},
+            line=4,
+        ),
         Invalid(
             """
             import torch

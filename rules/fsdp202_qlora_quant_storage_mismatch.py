@@ -60,6 +60,19 @@ class QloraQuantStorageMismatch(Rule):
     - peft docs accelerate/fsdp.md; peft#1432; axolotl#1494; trl#1723
     """
     VALID = [
+        # TrainingArguments(fsdp=...) is FSDP2 from transformers 5.10: FSDP201's business.
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "5.24.0"},
+        ),
         # The catalog's correct pattern: storage taken from the same variable as the load dtype.
         """
         import torch
@@ -123,6 +136,29 @@ class QloraQuantStorageMismatch(Rule):
         """,
     ]
     INVALID = [
+        # ... and FSDP1 before 5.10.
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.57.1"},
+            line=4,
+            expected_fix="""
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+        ),
         Invalid(
             """
             import torch
