@@ -36,15 +36,17 @@ def _split(values: Iterable[str]) -> list[str]:
 
 
 def _targets(target_version: Iterable[str], torch_version: Optional[str]) -> dict[str, str]:
+    from fsdplint.toolconfigs.defaults import TOOL_PACKAGES
     from fsdplint.versions import PACKAGES, parse_version
 
+    known = (*PACKAGES, *TOOL_PACKAGES)  # libraries, and the training tools whose configs are linted
     out: dict[str, str] = {}
     for item in _split(target_version):
         pkg, sep, ver = item.partition("=")
         pkg = pkg.strip().lower()
         ver = ver.lstrip("=").strip()
-        if not sep or pkg not in PACKAGES or parse_version(ver) is None:
-            raise UsageError(f"--target-version {item!r}: expected PACKAGE=VERSION with PACKAGE one of {', '.join(PACKAGES)}")
+        if not sep or pkg not in known or parse_version(ver) is None:
+            raise UsageError(f"--target-version {item!r}: expected PACKAGE=VERSION with PACKAGE one of {', '.join(known)}")
         out[pkg] = ver
     if torch_version:
         if parse_version(torch_version) is None:

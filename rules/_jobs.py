@@ -21,7 +21,8 @@ def report_job(ctx, setting, message: str, gate=None, remedy: Optional[str] = No
     rule = ctx.rule
     unknown = gate is not None and gate.affected is None
     severity = Severity.WARNING if unknown and rule.severity is Severity.ERROR else None
-    text = message.rstrip(".") + (gate.suffix() if gate is not None else "") + "."
+    text = message.rstrip(".") + (gate.suffix() if gate is not None else "")
+    text += "" if text.endswith("?") else "."
     if remedy:
         text += " " + remedy
     ctx.report_setting(setting, text, severity=severity)
