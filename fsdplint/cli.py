@@ -71,7 +71,7 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
             from fsdplint.toolconfigs.launchers import accelerate_configs_named_by
 
             # Accelerate configs a launcher passes with --config_file are linted wherever they sit.
-            named = {os.path.normpath(str(p)) for p in accelerate_configs_named_by(path)}
+            named = {os.path.normpath(str(Path(p).resolve())) for p in accelerate_configs_named_by(path)}
             for root, dirs, names in os.walk(path, followlinks=False):
                 rootp = Path(root)
                 cfg = Config() if settings.isolated else load_config(rootp, explicit=Path(settings.config_path) if settings.config_path else None)

@@ -345,8 +345,10 @@ def fix_text(text: str, filename: str, settings: Settings, path: Optional[Path],
     return text, applied, findings, None
 
 
-def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig) -> list[Finding]:
-    """An accelerate config on its own: the rules that need only launch settings."""
+def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig,
+                     path: Optional[Path] = None) -> list[Finding]:
+    """An accelerate config on its own: the rules that need only launch settings (and the jobs that
+    launchers start with it through a training tool's command-line flags)."""
     from dataclasses import replace
 
     from fsdplint.errors import UsageError
@@ -366,32 +368,50 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
     if facts is None:
         return []
     yaml_settings = replace(settings, options={**settings.options, "launch": facts}, prefilter=False)
-    return [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
+    out = [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
+    if path is not None and facts.uses_fsdp and settings.options.get("discover_launch", True):
+        from fsdplint.toolconfigs.jobs import jobs_launched_with
+
+        for job in jobs_launched_with(path, facts, settings.options.get("project_root"),
+                                      lambda p: _library_versions(p, settings, fcfg),
+                                      explicit=settings.targets, use_installed=settings.use_installed):
+            out.extend(_lint_job(job, Path(job.filename), settings, fcfg))
+    return out
 
 
 def lint_tool_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig, path: Optional[Path]) -> list[Finding]:
     """An axolotl / LLaMA-Factory config: the rules' job side, and their launch side on its FSDP settings."""
-    from dataclasses import replace
-
-    from fsdplint import versions as versions_mod
     from fsdplint.toolconfigs.read import read_job
     from fsdplint.toolconfigs.jobs import launch_for_job
 
-    explicit = settings.targets
-    libs = {pkg: versions_mod.resolve(pkg, path, explicit, fcfg.config.target_version,
-                                      str(fcfg.config.source.name) if fcfg.config.source else "[tool.fsdplint]",
-                                      settings.use_installed)
-            for pkg in ("transformers", "bitsandbytes")}
-    job = read_job(text, filename, path=path, explicit=explicit, use_installed=settings.use_installed, versions=libs)
+    job = read_job(text, filename, path=path, explicit=settings.targets, use_installed=settings.use_installed,
+                   versions=_library_versions(path, settings, fcfg))
     if job is None:
         return []
     if path is not None and settings.options.get("discover_launch", True):
         launch_for_job(job, path, settings.options.get("project_root"))
+    return _lint_job(job, path, settings, fcfg)
+
+
+def _library_versions(path: Optional[Path], settings: Settings, fcfg: FileConfig) -> dict:
+    """The versions a tool's own behaviour depends on, resolved as for the rules."""
+    from fsdplint import versions as versions_mod
+
+    source = str(fcfg.config.source.name) if fcfg.config.source else "[tool.fsdplint]"
+    return {pkg: versions_mod.resolve(pkg, path, settings.targets, fcfg.config.target_version, source,
+                                      settings.use_installed)
+            for pkg in ("transformers", "bitsandbytes")}
+
+
+def _lint_job(job, path: Optional[Path], settings: Settings, fcfg: FileConfig) -> list[Finding]:
+    """The rules' job side, and their launch side on the job's FSDP settings."""
+    from dataclasses import replace
+
     options = {**settings.options, "job": job, "launch": job.launch, "discover_launch": False}
-    yaml_settings = replace(settings, options=options, prefilter=False)
-    out = lint_text("", filename, yaml_settings, path, fcfg)
-    # Findings of the job (its YAML lines) and of the accelerate config it is launched with.
-    keep = {filename} | ({job.launch.source} if job.launch is not None and job.launch.source else set())
+    job_settings = replace(settings, options=options, prefilter=False)
+    out = lint_text("", job.filename, job_settings, path, fcfg)
+    # Findings of the job (its lines) and of the accelerate config it is launched with.
+    keep = {job.filename} | ({job.launch.source} if job.launch is not None and job.launch.source else set())
     return [f for f in out if f.filename in keep]
 
 
@@ -457,7 +477,7 @@ def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) ->
 
         if recognise(text, filename) is not None:
             return FileResult(filename, lint_tool_yaml(text, filename, settings, fcfg, path), source=src)
-        return FileResult(filename, lint_launch_yaml(text, filename, settings, fcfg), source=src)
+        return FileResult(filename, lint_launch_yaml(text, filename, settings, fcfg, path), source=src)
     try:
         if settings.fix:
             new_text, applied, findings, err = fix_text(text, filename, settings, path, fcfg)

@@ -5,6 +5,7 @@ from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.toolconfigs.defaults import use_orig_params_default
 
 # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
 _POLICY_POSITION = 4
@@ -385,7 +386,7 @@ class Fsdp1MixedRequiresGrad(Rule):
         if str(policy.value if policy is not None else "NO_WRAP").strip().upper() not in _MIXING_LAUNCH_POLICIES:
             return
         uop = launch.get("use_orig_params")
-        orig = _truthy(uop.value) if uop is not None else False
+        orig = _truthy(uop.value) if uop is not None else use_orig_params_default("accelerate")
         if orig is None or (orig and not tv < "2.1"):
             return
         for t in a.timelines:
@@ -424,7 +425,7 @@ class Fsdp1MixedRequiresGrad(Rule):
             if policy not in ("none", "layers"):
                 continue
             uop_expr = kws.get("use_orig_params")
-            uop = a.value(uop_expr, call.scope) if uop_expr is not None else True
+            uop = a.value(uop_expr, call.scope) if uop_expr is not None else use_orig_params_default("lightning")
             if uop is UNKNOWN:
                 continue
             where = ("the root unit holds every parameter" if policy == "none" else

@@ -273,3 +273,21 @@ def test_model_command_needs_a_weights_free_config_for_a_hub_id(tmp_path):
     result = CliRunner().invoke(main, ["model", str(AX / "qlora_fsdp1_correct.yml")])
     assert result.exit_code == 2
     assert "qlora_fsdp1_correct.yml:2:" in result.output and "--config-json" in result.output
+
+
+@pytest.mark.parametrize("pin,expected", [
+    ("", [("FSDP202", "warning", 13)]),
+    ("llamafactory==0.7.1\n", [("FSDP202", "error", 13)]),
+    ("llamafactory==0.8.0\n", []),
+])
+def test_llamafactory_job_given_as_launcher_flags(tmp_path, monkeypatch, pin, expected):
+    d = tmp_path / "flags"
+    shutil.copytree(LF / "flags_project", d)
+    (d / ".git").mkdir()
+    (d / "requirements.txt").write_text((d / "requirements.txt").read_text() + pin)
+    monkeypatch.chdir(d)
+    rc, findings = lint(".")
+    assert codes(findings) == expected
+    if expected:
+        assert findings[0]["filename"] == "scripts/qlora_sft.sh"
+        assert "--quantization_bit 4" in CliRunner().invoke(main, [".", "--output-format", "full"]).stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from fsdplint.toolconfigs.defaults import use_orig_params_default
 from fsdplint.toolconfigs.job import Job
 
 _WRAP_KEYS = ("transformer_layer_cls_to_wrap", "transformer_cls_names_to_wrap")
@@ -72,7 +73,7 @@ def spec_for_job(job: Job, config_json: Optional[str]) -> Any:
             uop = facts.get("use_orig_params")
             # The HF Trainer (both tools train with it) defaults use_orig_params to true and switches PEFT
             # models to peft's fsdp_auto_wrap_policy (transformers training_args.py, distributed/fsdp.py).
-            fsdp["use_orig_params"] = _truthy(uop.value) if uop is not None else True
+            fsdp["use_orig_params"] = _truthy(uop.value) if uop is not None else use_orig_params_default("trainer")
             if uop is not None:
                 locations["fsdp.use_orig_params"] = (uop.line, 1)
             if job.adapter is not None:

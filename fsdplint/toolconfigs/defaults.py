@@ -38,9 +38,6 @@ BEHAVIOUR: dict[str, Behaviour] = {
         "transformers#45640 (\"Default to FSDP2\"); training_args.py `fsdp_config.get(\"version\", 2)` in 5.24, "
         "`.get(\"version\", 1)` before; axolotl v0.18.0 utils/schemas/validation.py (\"transformers >= 5.10 "
         "defaults a missing version to FSDP2\")"),
-    # accelerate's FullyShardedDataParallelPlugin: FSDP1 `use_orig_params` comes from FSDP_USE_ORIG_PARAMS,
-    # default "False" (accelerate 1.15 utils/dataclasses.py); the Trainer passes its own default "true"
-    # (transformers training_args.py `fsdp_config.get("use_orig_params", "true")`).
     # -- axolotl ---------------------------------------------------------------------------------
     "axolotl_qlora_fsdp_storage": Behaviour(
         "axolotl", "0.5.0",
@@ -82,6 +79,21 @@ BEHAVIOUR: dict[str, Behaviour] = {
         "8-bit under FSDP reached FSDP's flattening",
         "LLaMA-Factory commit 60d9896a7 (v0.8.2) model_utils/quantization.py"),
 }
+
+# FSDP1 `use_orig_params` when the launch config leaves it out, by what builds the FSDP1 wrap.
+USE_ORIG_PARAMS_DEFAULT: dict[str, tuple[bool, str]] = {
+    "accelerate": (False, "accelerate's FullyShardedDataParallelPlugin reads FSDP_USE_ORIG_PARAMS, default "
+                          "\"False\" (accelerate 1.15 utils/dataclasses.py)"),
+    "trainer": (True, "the HF Trainer passes fsdp_config use_orig_params, default \"true\" (transformers "
+                      "training_args.py), to accelerate's plugin"),
+    "lightning": (True, "Lightning's FSDPStrategy sets use_orig_params=True on torch >= 2.0 "
+                        "(fabric/strategies/fsdp.py, pytorch/strategies/fsdp.py)"),
+}
+
+
+def use_orig_params_default(builder: str) -> bool:
+    return USE_ORIG_PARAMS_DEFAULT[builder][0]
+
 
 # The quant storage LLaMA-Factory sets (`bnb_4bit_quant_storage=model_args.compute_dtype`, v0.6.0 on) is a
 # keyword that transformers and bitsandbytes know only from these versions (older ones drop it silently).

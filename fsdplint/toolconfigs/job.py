@@ -26,7 +26,8 @@ class Gate:
 
     def suffix(self) -> str:
         if self.affected is None and self.declare:
-            return f" ({self.why}; declare the {self.declare} version, e.g. a requirements pin, to decide)"
+            why = self.why[:1].upper() + self.why[1:]
+            return f". {why}: declare the {self.declare} version (e.g. a requirements pin) to decide"
         return f" ({self.why})" if self.why else ""
 
 

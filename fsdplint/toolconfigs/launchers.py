@@ -30,6 +30,8 @@ class LaunchLine:
     line: int  # 1-based line of the command in the launcher
     config: Path  # the accelerate config
     named: tuple = field(default_factory=tuple)  # other files on the command line (resolved)
+    # (key, value, row) flags of a LLaMA-Factory entry point on the same command line.
+    llamafactory_args: tuple = field(default_factory=tuple)
 
 
 def _launchers(root: Path) -> list[Path]:
@@ -52,18 +54,55 @@ def _launchers(root: Path) -> list[Path]:
 
 
 def _logical_lines(text: str):
-    start, buf = 1, ""
+    """(first row, command text, [(offset, row)...]) per command, backslash continuations joined."""
+    start, buf, rows = 1, "", []
     for i, line in enumerate(text.splitlines(), 1):
         if not buf:
-            start = i
+            start, rows = i, []
         stripped = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
+        rows.append((len(buf), i))
         if stripped.rstrip().endswith("\\"):
             buf += stripped.rstrip()[:-1] + " "
             continue
-        yield start, buf + stripped
+        yield start, buf + stripped, rows
         buf = ""
     if buf:
-        yield start, buf
+        yield start, buf, rows
+
+
+def _row_at(rows, offset: int) -> int:
+    row = rows[0][1]
+    for off, r in rows:
+        if off <= offset:
+            row = r
+    return row
+
+
+# LLaMA-Factory entry points whose `--key value` flags are its HfArgumentParser arguments.
+_LF_ENTRY = re.compile(r"(?:train_bash\.py|src/train\.py|llamafactory-cli\s+train|-m\s+(?:llamafactory|llmtuner)\b)")
+_FLAG = re.compile(r"--([A-Za-z_][\w.-]*)(?:=(\S+))?")
+
+
+def _flags(line: str, rows, start: int) -> tuple:
+    """(key, value, row) of the `--key value` / `--key=value` / bare `--flag` tokens after `start`."""
+    out = []
+    tokens = [(m.start() + start, m.group(0)) for m in re.finditer(r"\S+", line[start:])]
+    i = 0
+    while i < len(tokens):
+        off, tok = tokens[i]
+        m = _FLAG.fullmatch(tok)
+        i += 1
+        if not m:
+            continue
+        key, value = m.group(1), m.group(2)
+        if value is None:
+            if i < len(tokens) and not tokens[i][1].startswith("--"):
+                value = tokens[i][1]
+                i += 1
+            else:
+                value = True
+        out.append((key, value.strip("\"'") if isinstance(value, str) else value, _row_at(rows, off)))
+    return tuple(out)
 
 
 def _resolve(token: str, launcher: Path, root: Path) -> Optional[Path]:
@@ -87,7 +126,7 @@ def launch_lines(root: Path) -> tuple[LaunchLine, ...]:
             continue
         if "config_file" not in text and "config-file" not in text:
             continue
-        for row, line in _logical_lines(text):
+        for row, line, rows in _logical_lines(text):
             m = _CONFIG_FLAG.search(line)
             if not m:
                 continue
@@ -96,7 +135,9 @@ def launch_lines(root: Path) -> tuple[LaunchLine, ...]:
                 continue
             rest = line[:m.start()] + " " + line[m.end():]
             named = tuple(p for p in (_resolve(t.group(2), sh, root) for t in _PATH_TOKEN.finditer(rest)) if p)
-            out.append(LaunchLine(sh, row, cfg, named))
+            entry = _LF_ENTRY.search(line, m.end())
+            lf = _flags(line, rows, entry.end()) if entry else ()
+            out.append(LaunchLine(sh, row, cfg, named, lf))
     return tuple(out)
 
 
@@ -124,6 +165,13 @@ def configs_for(path: Path, project_root: Path) -> list[Path]:
         if any(Path(os.path.normpath(p.resolve())) == target for p in ll.named):
             out.setdefault(ll.config)
     return [_display(p) for p in out]
+
+
+def lines_naming_config(config: Path, project_root: Path) -> list[LaunchLine]:
+    """The launcher command lines that pass `config` with --config_file."""
+    target = Path(os.path.normpath(Path(config).resolve()))
+    return [ll for ll in launch_lines(Path(os.path.normpath(Path(project_root).resolve())))
+            if Path(os.path.normpath(ll.config.resolve())) == target]
 
 
 def project_root(path: Path) -> Path:
