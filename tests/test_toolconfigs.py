@@ -291,3 +291,42 @@ def test_llamafactory_job_given_as_launcher_flags(tmp_path, monkeypatch, pin, ex
     if expected:
         assert findings[0]["filename"] == "scripts/qlora_sft.sh"
         assert "--quantization_bit 4" in CliRunner().invoke(main, [".", "--output-format", "full"]).stdout
+
+
+def test_model_command_takes_a_trl_recipe_launched_with_an_fsdp1_config(tmp_path):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(TINY_LLAMA))
+    d = tmp_path / "proj"
+    d.mkdir()
+    recipe = d / "config_qlora.yaml"
+    recipe.write_text((TC / "other" / "recipe.yaml").read_text().replace("dataset_mixer:", "output_dir: out\ndataset_mixer:"))
+    (d / "fsdp.yaml").write_text(ACCELERATE_FSDP1)
+    (d / "launch.sh").write_text("accelerate launch --config_file fsdp.yaml run_sft.py config_qlora.yaml\n")
+    result = _model(str(recipe), "--config-json", str(cfg))
+    assert result.exit_code == 1, result.output
+    found = [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)["findings"]]
+    assert ("FSDP202", 4) in found, found  # load_in_4bit: trl passes bnb_4bit_quant_storage=None (uint8)
+    recipe.write_text(recipe.read_text().replace("load_in_4bit: true", "load_in_4bit: true\nbnb_4bit_quant_storage: bfloat16"))
+    result = _model(str(recipe), "--config-json", str(cfg))
+    assert result.exit_code == 0, result.output
+
+
+def test_linting_a_tool_config_imports_no_heavy_library():
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent(f"""
+        import sys
+        from fsdplint.cli import main
+        try:
+            main(["--isolated", {str(AX / "lora_8bit_fsdp_buggy.yml")!r}, {str(LF / "flags_project")!r}])
+        except SystemExit as e:
+            code = e.code
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "peft", "transformers", "accelerate",
+                                                                      "bitsandbytes", "rich"))
+        print("HEAVY:", heavy)
+        print("CODE:", code)
+        """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "CODE: 1" in out and "HEAVY: []" in out, out

@@ -35,7 +35,8 @@ from fsdplint.errors import FsdplintError
 @click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to report.")
 @click.option("--ignore", metavar="CODES", help="Comma-separated codes or prefixes not to report.")
 @click.option("--config-json", "config_json", metavar="PATH",
-              help="With an axolotl / LLaMA-Factory YAML: the model's weights-free config.json (or its directory).")
+              help="With an axolotl / LLaMA-Factory / trl recipe YAML: the model's weights-free config.json "
+                   "(or its directory).")
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def model_command(config, select, ignore, output_format, config_json=None, **flags):
     """Build CONFIG (a Hugging Face config.json, an fsdplint audit spec, JSON or TOML, or an axolotl /
@@ -95,9 +96,14 @@ def _tool_spec(config, config_json, flags):
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise AuditInputError(f"{path}: cannot read the config: {e}") from None
-    job = read_job(text, str(path), path=path)
+    job = read_job(text, str(path), path=path, recipes=True)
     if job is None:
-        raise AuditInputError(f"{path}:1: not an axolotl or LLaMA-Factory config (YAML model specs are not supported)")
+        raise AuditInputError(f"{path}:1: not an axolotl, LLaMA-Factory or trl recipe config "
+                              f"(YAML audit specs are not supported)")
+    if job.launch is None:
+        from fsdplint.toolconfigs.jobs import launch_for_job
+
+        launch_for_job(job, path)  # FSDP from the accelerate config a launcher names with it
     from fsdplint.toolconfigs.audit_spec import spec_for_job
 
     spec = spec_for_job(job, config_json)

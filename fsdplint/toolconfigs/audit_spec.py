@@ -59,22 +59,25 @@ def spec_for_job(job: Job, config_json: Optional[str]) -> Any:
         if job.targets_setting is not None:
             locations["lora.target_modules"] = (job.targets_setting.line, 1)
     facts = job.launch
-    if facts is not None and facts.fsdp_version in (1, 2) and Path(facts.source or "") == yaml_path:
+    if facts is not None and facts.fsdp_version in (1, 2):
+        # Positions only for settings in the job's own file (an accelerate config elsewhere has its own lines).
+        here = Path(facts.source or "") == yaml_path
         fsdp: dict = {"version": facts.fsdp_version}
-        first = min((s.line for s in facts.settings.values()), default=1)
-        locations["fsdp"] = (first, 1)
+        if here:
+            locations["fsdp"] = (min((s.line for s in facts.settings.values()), default=1), 1)
         for key in _WRAP_KEYS:
             st = facts.get(key)
             if st is not None and st.value:
                 v = st.value
-                fsdp["wrap"] = [v] if isinstance(v, str) else list(v)
-                locations["fsdp.wrap"] = (st.line, 1)
+                fsdp["wrap"] = [w.strip() for w in v.split(",")] if isinstance(v, str) else list(v)
+                if here:
+                    locations["fsdp.wrap"] = (st.line, 1)
         if facts.fsdp_version == 1:
             uop = facts.get("use_orig_params")
-            # The HF Trainer (both tools train with it) defaults use_orig_params to true and switches PEFT
+            # The HF Trainer (all three train with it) defaults use_orig_params to true and switches PEFT
             # models to peft's fsdp_auto_wrap_policy (transformers training_args.py, distributed/fsdp.py).
             fsdp["use_orig_params"] = _truthy(uop.value) if uop is not None else use_orig_params_default("trainer")
-            if uop is not None:
+            if uop is not None and here:
                 locations["fsdp.use_orig_params"] = (uop.line, 1)
             if job.adapter is not None:
                 fsdp["auto_wrap_policy"] = "peft"

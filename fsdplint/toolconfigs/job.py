@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from fsdplint.launch import LaunchFacts, Setting
 
-TOOL_NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory"}
+TOOL_NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "recipe": "the trl recipe"}
 
 
 @dataclass(frozen=True)

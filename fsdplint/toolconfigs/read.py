@@ -9,8 +9,9 @@ from fsdplint.launch import Setting
 from fsdplint.toolconfigs.job import Job, mapping_values, yaml_tree
 
 
-def recognise(text: str, filename: str) -> Optional[str]:
-    """"axolotl" / "llamafactory" when the YAML text is such a config (by its keys), else None."""
+def recognise(text: str, filename: str, *, recipes: bool = False) -> Optional[str]:
+    """"axolotl" / "llamafactory" when the YAML text is such a config (by its keys), else None;
+    with `recipes`, also "recipe" for a trl / alignment-handbook recipe (model side only)."""
     if "base_model" not in text and "model_name_or_path" not in text:
         return None  # cheap pre-filter: both tools name the model with one of these keys
     root = yaml_tree(text, filename)
@@ -24,16 +25,21 @@ def recognise(text: str, filename: str) -> Optional[str]:
         return "axolotl"
     if llamafactory.looks_like(keys):
         return "llamafactory"
+    if recipes:
+        import fsdplint.toolconfigs.recipe as recipe
+
+        if recipe.looks_like(keys):
+            return "recipe"
     return None
 
 
 def read_job(text: str, filename: str, *, path: Optional[Path] = None, explicit: Optional[dict] = None,
-             use_installed: bool = True, versions: Optional[dict] = None) -> Optional[Job]:
+             use_installed: bool = True, versions: Optional[dict] = None, recipes: bool = False) -> Optional[Job]:
     """The job a tool config describes, or None when `text` is no tool config.
 
     `versions`: resolved library versions by package (TargetVersion) for version-dependent
     tool behaviour (e.g. transformers/bitsandbytes for LLaMA-Factory's quant storage)."""
-    tool = recognise(text, filename)
+    tool = recognise(text, filename, recipes=recipes)
     if tool is None:
         return None
     values = mapping_values(yaml_tree(text, filename), filename)
@@ -50,8 +56,10 @@ def job_from_values(tool: str, filename: str, text: str, values: dict[str, Setti
     import fsdplint.toolconfigs.llamafactory as llamafactory
     from fsdplint.toolconfigs.defaults import tool_version
 
-    tv = tool_version(tool, path, explicit or {}, use_installed)
-    reader = axolotl if tool == "axolotl" else llamafactory
+    import fsdplint.toolconfigs.recipe as recipe
+
+    tv = tool_version(tool, path, explicit or {}, use_installed) if tool != "recipe" else None
+    reader = {"axolotl": axolotl, "llamafactory": llamafactory, "recipe": recipe}[tool]
     job = Job(tool, filename, text, dict(values), tv)
     reader.fill(job, versions or {}, path)
     return job
