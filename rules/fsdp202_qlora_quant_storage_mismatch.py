@@ -296,7 +296,7 @@ class QloraQuantStorageMismatch(Rule):
             report_job(ctx, q.storage_setting or q.setting,
                        f"{job.name} stores the 4-bit weights as {q.storage} but loads the model as {q.model_dtype}: "
                        f"FSDP1 cannot flatten a unit mixing the two dtypes (ValueError: Must flatten tensors with "
-                       f"uniform dtype). Set the quant storage to {q.model_dtype}", gate)
+                       f"uniform dtype). Set the quant storage to {q.model_dtype}", gate, job.remedy.get(self.code))
 
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},

@@ -330,3 +330,18 @@ def test_linting_a_tool_config_imports_no_heavy_library():
         """)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "CODE: 1" in out and "HEAVY: []" in out, out
+
+
+def test_axolotl_bfloat16_storage_with_fp16_training_is_a_warning(tmp_path):
+    job = tmp_path / "fp16.yml"
+    job.write_text((AX / "qlora_fsdp1_correct.yml").read_text().replace("bf16: auto", "fp16: true"))
+    rc, findings = lint("--isolated", str(job))
+    assert codes(findings) == [("FSDP202", "warning", 7)]
+    assert "bfloat16" in findings[0]["message"] and "float16" in findings[0]["message"]
+
+
+def test_model_command_reports_invalid_yaml_with_its_line(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("base_model: x\nadapter: qlora\n  oops: [\n")
+    result = CliRunner().invoke(main, ["model", str(bad)])
+    assert result.exit_code == 2 and "bad.yml:3: invalid YAML" in result.output

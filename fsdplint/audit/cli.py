@@ -98,6 +98,16 @@ def _tool_spec(config, config_json, flags):
         raise AuditInputError(f"{path}: cannot read the config: {e}") from None
     job = read_job(text, str(path), path=path, recipes=True)
     if job is None:
+        import yaml
+
+        try:
+            yaml.safe_load(text)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            row = f":{mark.line + 1}" if mark is not None else ""
+            raise AuditInputError(f"{path}{row}: invalid YAML: {(e.problem or e.context or '').strip()}") from None
+        except yaml.YAMLError as e:
+            raise AuditInputError(f"{path}: invalid YAML: {e}") from None
         raise AuditInputError(f"{path}:1: not an axolotl, LLaMA-Factory or trl recipe config "
                               f"(YAML audit specs are not supported)")
     if job.launch is None:

@@ -139,6 +139,12 @@ def _fill_quant(job: Job, adapter: Optional[str]) -> None:
             job.gates["FSDP202"] = Gate(True, f"{job.version_text()}: "
                                               f"{BEHAVIOUR['axolotl_qlora_fsdp_storage'].before}")
         job.quant = Quant(4, job.get("load_in_4bit"), storage, st, dtype)
+        if storage is not None and dtype is not None and storage != dtype and "FSDP202" not in job.gates:
+            # A fixed bfloat16 storage next to fp16 weights: reported, but as a warning (not run here).
+            job.gates["FSDP202"] = Gate(None, f"axolotl sets bnb_4bit_quant_storage={storage} whatever the "
+                                              f"training dtype")
+            job.remedy["FSDP202"] = ("Train in bf16 (`bf16: true`), or set bnb_config_kwargs: "
+                                     "{bnb_4bit_quant_storage: float16}.")
         job.gates["FSDP201"] = _gate(job, "axolotl_fsdp2_4bit_patch", handled_from=True)
     elif adapter == "lora" and four and not eight:
         ignored = since("axolotl_lora_4bit_ignored", job.tool_version)

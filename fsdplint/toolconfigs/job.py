@@ -25,6 +25,7 @@ class Gate:
     declare: str = ""
 
     def suffix(self) -> str:
+        """The text appended to a finding's message."""
         if self.affected is None and self.declare:
             why = self.why[:1].upper() + self.why[1:]
             return f". {why}: declare the {self.declare} version (e.g. a requirements pin) to decide"
