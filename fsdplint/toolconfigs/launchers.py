@@ -1,6 +1,6 @@
 """Which accelerate config (and which tool YAML or script) a project's shell launchers name.
 
-A stopgap reader: it scans `*.sh` files with a regular expression for `--config_file PATH` and the
+A stopgap reader: it scans `*.sh` files with a regular expression for `accelerate ... --config_file PATH` and the
 other `.yaml`/`.yml`/`.py` paths on the same command line (backslash continuations joined). The
 shell-launcher parser (one lint per launch, with flags and variables) is meant to replace it; until
 then this covers the common `accelerate launch --config_file configs/fsdp.yaml train.py cfg.yaml`.
@@ -128,8 +128,8 @@ def launch_lines(root: Path) -> tuple[LaunchLine, ...]:
             continue
         for row, line, rows in _logical_lines(text):
             m = _CONFIG_FLAG.search(line)
-            if not m:
-                continue
+            if not m or "accelerate" not in line[:m.start()]:
+                continue  # `--config_file` of some other program
             cfg = _resolve(m.group(2), sh, root)
             if cfg is None or cfg.suffix not in (".yaml", ".yml"):
                 continue
