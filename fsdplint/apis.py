@@ -127,6 +127,25 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "accelerate.utils.DistributedDataParallelKwargs",
         "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
     ),
+    # --- Lightning: FSDP chosen as the Fabric / Trainer strategy ---
+    "lightning_FSDPStrategy": (
+        "lightning.fabric.strategies.FSDPStrategy",
+        "lightning.fabric.strategies.fsdp.FSDPStrategy",
+        "lightning.pytorch.strategies.FSDPStrategy",
+        "lightning.pytorch.strategies.fsdp.FSDPStrategy",
+        "lightning_fabric.strategies.FSDPStrategy",
+        "pytorch_lightning.strategies.FSDPStrategy",
+    ),
+    "lightning_Fabric": ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"),
+    "lightning_Trainer": ("lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer"),
+    # loralib's (and lit-llama's / litgpt's) freeze of every non-LoRA parameter.
+    "mark_only_lora_as_trainable": (
+        "loralib.mark_only_lora_as_trainable",
+        "loralib.utils.mark_only_lora_as_trainable",
+        "lit_llama.lora.mark_only_lora_as_trainable",
+        "lit_gpt.lora.mark_only_lora_as_trainable",
+        "litgpt.lora.mark_only_lora_as_trainable",
+    ),
     "FullyShardedDataParallelPlugin": (
         "accelerate.FullyShardedDataParallelPlugin",
         "accelerate.utils.FullyShardedDataParallelPlugin",

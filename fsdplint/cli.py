@@ -36,15 +36,17 @@ def _split(values: Iterable[str]) -> list[str]:
 
 
 def _targets(target_version: Iterable[str], torch_version: Optional[str]) -> dict[str, str]:
+    from fsdplint.toolconfigs.defaults import TOOL_PACKAGES
     from fsdplint.versions import PACKAGES, parse_version
 
+    known = (*PACKAGES, *TOOL_PACKAGES)  # libraries, and the training tools whose configs are linted
     out: dict[str, str] = {}
     for item in _split(target_version):
         pkg, sep, ver = item.partition("=")
         pkg = pkg.strip().lower()
         ver = ver.lstrip("=").strip()
-        if not sep or pkg not in PACKAGES or parse_version(ver) is None:
-            raise UsageError(f"--target-version {item!r}: expected PACKAGE=VERSION with PACKAGE one of {', '.join(PACKAGES)}")
+        if not sep or pkg not in known or parse_version(ver) is None:
+            raise UsageError(f"--target-version {item!r}: expected PACKAGE=VERSION with PACKAGE one of {', '.join(known)}")
         out[pkg] = ver
     if torch_version:
         if parse_version(torch_version) is None:
@@ -66,6 +68,10 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
         if not path.exists() and not path.is_symlink():
             raise UsageError(f"{p}: No such file or directory")
         if path.is_dir():
+            from fsdplint.toolconfigs.launchers import accelerate_configs_named_by
+
+            # Accelerate configs a launcher passes with --config_file are linted wherever they sit.
+            named = {os.path.normpath(str(Path(p).resolve())) for p in accelerate_configs_named_by(path)}
             for root, dirs, names in os.walk(path, followlinks=False):
                 rootp = Path(root)
                 cfg = Config() if settings.isolated else load_config(rootp, explicit=Path(settings.config_path) if settings.config_path else None)
@@ -73,6 +79,8 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
                 for n in sorted(names):
                     fp = rootp / n
                     if n.endswith((".py", ".pyi")) and not cfg.is_excluded(fp):
+                        files.append(str(fp))
+                    elif n.endswith((".yaml", ".yml")) and not cfg.is_excluded(fp) and _lintable_yaml(fp, named):
                         files.append(str(fp))
         else:
             # YAML files (pre-commit passes them too) are linted as accelerate configs; others report nothing.
@@ -82,6 +90,25 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
                     continue
             files.append(p)
     return files
+
+
+_YAML_SNIFF_BYTES = 1 << 20
+
+
+def _lintable_yaml(path: Path, named: set) -> bool:
+    """A YAML file in a linted directory is linted when it is a training-tool config (by content)
+    or an accelerate config a launcher names."""
+    if os.path.normpath(str(path.resolve())) in named:
+        return True
+    try:
+        if path.stat().st_size > _YAML_SNIFF_BYTES:
+            return False
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    from fsdplint.toolconfigs.read import recognise
+
+    return recognise(text, str(path)) is not None
 
 
 def _config_warnings(files: list[str], settings) -> list[str]:
@@ -233,6 +260,10 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             settings.options["launch"] = load_accelerate_config(Path(accelerate_config))
         if not paths:
             paths = (".",)
+        dirs = [p for p in paths if p != "-" and Path(p).is_dir()]
+        if dirs:
+            # Launchers that name a config or script are looked for under the linted directory.
+            settings.options.setdefault("project_root", str(Path(dirs[0]).resolve()))
         stdin_text = None
         if list(paths) == ["-"]:
             stdin_text = sys.stdin.read()

@@ -101,7 +101,18 @@ class LintContext:
             yaml_facts = launch_mod.from_launcher(launch, dirs)
         if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
             yaml_facts = launch_mod.find_accelerate_config(self.path)
+            if yaml_facts is None:
+                from fsdplint.toolconfigs.jobs import launcher_config
+
+                # An accelerate config elsewhere (configs/fsdp.yaml) that a launcher names with this script.
+                yaml_facts = launcher_config(self.path, self.options.get("project_root"))
         script_facts = launch_mod.from_script(a)
+        if script_facts is not None and script_facts.fsdp_version is not None and script_facts.get("version") is None \
+                and script_facts.get("sharding") is not None:
+            from fsdplint.toolconfigs.defaults import trainer_fsdp_version
+
+            # TrainingArguments(fsdp=...) without a version: the Trainer's default, by transformers version.
+            script_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers"))
         arg_facts = launch_mod.from_arguments(env, dirs) if env is not None else None
         if arg_facts is not None:
             script_facts = arg_facts.merged(script_facts) if script_facts is not None else arg_facts

@@ -273,8 +273,7 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
         if st is None:
             continue
         if st.filename not in texts:
-            launch = getattr(ctx.analysis, "launch", None)
-            text = launch.text_of(st.filename) if launch is not None else ""
+            text = _setting_text(ctx, st.filename)
             texts[st.filename] = (text.splitlines(), NoqaMap(text))
         lines, noqa = texts[st.filename]
         if noqa.suppresses(r.rule.code, (st.line,)):
@@ -287,6 +286,22 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
         f.end = Position(st.line, len(line) + 1)
         out.append(f)
     return out
+
+
+def _setting_text(ctx: LintContext, filename: str) -> str:
+    """The text of the file a launch setting was read from: the launch config, the tool job, or the file."""
+    launch = getattr(ctx.analysis, "launch", None)
+    if launch is not None:
+        text = launch.text_of(filename)
+        if text:
+            return text
+    job = ctx.options.get("job")
+    if job is not None and job.filename == filename:
+        return job.text
+    try:
+        return Path(filename).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def _selected_fixes(findings: list[Finding], mode: str) -> list[Finding]:
@@ -349,8 +364,10 @@ def fix_text(text: str, filename: str, settings: Settings, path: Optional[Path],
     return text, applied, findings, None
 
 
-def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig) -> list[Finding]:
-    """An accelerate config on its own: the rules that need only launch settings."""
+def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig,
+                     path: Optional[Path] = None) -> list[Finding]:
+    """An accelerate config on its own: the rules that need only launch settings (and the jobs that
+    launchers start with it through a training tool's command-line flags)."""
     from dataclasses import replace
 
     from fsdplint.errors import UsageError
@@ -370,7 +387,51 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
     if facts is None:
         return []
     yaml_settings = replace(settings, options={**settings.options, "launch": facts}, prefilter=False)
-    return [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
+    out = [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
+    if path is not None and facts.uses_fsdp and settings.options.get("discover_launch", True):
+        from fsdplint.toolconfigs.jobs import jobs_launched_with
+
+        for job in jobs_launched_with(path, facts, settings.options.get("project_root"),
+                                      lambda p: _library_versions(p, settings, fcfg),
+                                      explicit=settings.targets, use_installed=settings.use_installed):
+            out.extend(_lint_job(job, Path(job.filename), settings, fcfg))
+    return out
+
+
+def lint_tool_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig, path: Optional[Path]) -> list[Finding]:
+    """An axolotl / LLaMA-Factory config: the rules' job side, and their launch side on its FSDP settings."""
+    from fsdplint.toolconfigs.read import read_job
+    from fsdplint.toolconfigs.jobs import launch_for_job
+
+    job = read_job(text, filename, path=path, explicit=settings.targets, use_installed=settings.use_installed,
+                   versions=_library_versions(path, settings, fcfg))
+    if job is None:
+        return []
+    if path is not None and settings.options.get("discover_launch", True):
+        launch_for_job(job, path, settings.options.get("project_root"))
+    return _lint_job(job, path, settings, fcfg)
+
+
+def _library_versions(path: Optional[Path], settings: Settings, fcfg: FileConfig) -> dict:
+    """The versions a tool's own behaviour depends on, resolved as for the rules."""
+    from fsdplint import versions as versions_mod
+
+    source = str(fcfg.config.source.name) if fcfg.config.source else "[tool.fsdplint]"
+    return {pkg: versions_mod.resolve(pkg, path, settings.targets, fcfg.config.target_version, source,
+                                      settings.use_installed)
+            for pkg in ("transformers", "bitsandbytes")}
+
+
+def _lint_job(job, path: Optional[Path], settings: Settings, fcfg: FileConfig) -> list[Finding]:
+    """The rules' job side, and their launch side on the job's FSDP settings."""
+    from dataclasses import replace
+
+    options = {**settings.options, "job": job, "launch": job.launch, "discover_launch": False}
+    job_settings = replace(settings, options=options, prefilter=False)
+    out = lint_text("", job.filename, job_settings, path, fcfg)
+    # Findings of the job (its lines) and of the accelerate config it is launched with.
+    keep = {job.filename} | ({job.launch.source} if job.launch is not None and job.launch.source else set())
+    return [f for f in out if f.filename in keep]
 
 
 _DEEP_STACK = 512 * 1024 * 1024
@@ -431,7 +492,11 @@ def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) ->
     else:
         src = SourceFile(text, "utf-8", False)
     if filename.endswith((".yaml", ".yml")):
-        return FileResult(filename, lint_launch_yaml(text, filename, settings, fcfg), source=src)
+        from fsdplint.toolconfigs.read import recognise
+
+        if recognise(text, filename) is not None:
+            return FileResult(filename, lint_tool_yaml(text, filename, settings, fcfg, path), source=src)
+        return FileResult(filename, lint_launch_yaml(text, filename, settings, fcfg, path), source=src)
     try:
         if settings.fix:
             new_text, applied, findings, err = fix_text(text, filename, settings, path, fcfg)

@@ -76,7 +76,39 @@ def _targets(a, call) -> Optional[list[str]]:
     return list(v)
 
 
+def check_job(rule, ctx, job) -> None:
+    """An axolotl / LLaMA-Factory job: its LoRA target names against its architecture (known family only)."""
+    from fsdplint.rules._jobs import report_job
+
+    targets, family = job.lora_targets, job.family
+    if not targets or family is None or job.adapter is None:
+        return
+    names = FAMILIES[family]
+    missing = []
+    for t in targets:
+        leaf = t.rsplit(".", 1)[-1] if not t.rsplit(".", 1)[-1].isdigit() else t.split(".")[0]
+        if _REGEX_CHARS.search(t) or leaf in names:
+            continue
+        import difflib
+
+        missing.append((t, difflib.get_close_matches(leaf, sorted(names), n=2, cutoff=0.8)))
+    if not missing:
+        return
+    bad = ", ".join(repr(t) for t, _ in missing)
+    hints = sorted({c for _, cl in missing for c in cl})
+    effect = ("peft raises ValueError: Target modules ... not found in the base model"
+              if len(missing) == len(targets) else "peft silently skips it and trains fewer adapters than configured")
+    msg = f"LoRA target {bad} matches no module of {family} ({job.family_source}): {effect}"
+    if hints:
+        msg += f". Did you mean {', '.join(hints)}?"
+    report_job(ctx, job.targets_setting, msg, None)
+
+
 def check(rule, ctx) -> None:
+    job = ctx.options.get("job") if getattr(ctx, "options", None) else None
+    if job is not None:
+        check_job(rule, ctx, job)
+        return
     a = ctx.analysis
     configs = a.calls("LoraConfig")
     if not configs:

@@ -6,6 +6,7 @@ from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.toolconfigs.defaults import use_orig_params_default
 
 # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
 _POLICY_POSITION = 4
@@ -35,7 +36,10 @@ class Fsdp1MixedRequiresGrad(Rule):
     doc = """
     ## What it does
     Simulates the FSDP1 auto-wrap policy and checks that every unit's parameters are uniformly frozen or
-    uniformly trainable when `use_orig_params=False`.
+    uniformly trainable when `use_orig_params=False`. In scripts, also finds Lightning's `FSDPStrategy`
+    (the `strategy=` of `Fabric` / `Trainer`) over a LoRA model (peft, or loralib's
+    `mark_only_lora_as_trainable`) whose `auto_wrap_policy` wraps whole blocks: Lightning defaults
+    `use_orig_params=True` on torch >= 2.0, so it is reported on torch 2.0 or with `use_orig_params=False`.
 
     ## Why is this bad?
     One FSDP1 unit is one `FlatParameter` with a single `requires_grad`. A decoder layer holding the frozen
@@ -67,6 +71,7 @@ class Fsdp1MixedRequiresGrad(Rule):
     ## References
     - pytorch#100945, pytorch#98221, pytorch#104690
     - peft#1702; peft `fsdp_auto_wrap_policy` (peft/utils/other.py)
+    - lit-llama#361, litgpt#1392; Lightning fabric/strategies/fsdp.py (`use_orig_params` default)
     """
     VALID = [
         # peft's own policy puts every trainable LoRA leaf in its own unit (peft docs, accelerate/fsdp.md).
@@ -160,6 +165,33 @@ class Fsdp1MixedRequiresGrad(Rule):
             model, optimizer = accelerator.prepare(model, optimizer)
             """,
             options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        # Lightning's FSDPStrategy defaults use_orig_params=True on torch >= 2.0: mixed units work from 2.1.
+        Valid(
+            """
+            from functools import partial
+            import lightning as L
+            from lightning.fabric.strategies import FSDPStrategy
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            from peft import LoraConfig, get_peft_model
+
+            policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+            fabric = L.Fabric(devices=4, strategy=FSDPStrategy(auto_wrap_policy=policy))
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["qkv"]))
+            model = fabric.setup_module(model)
+            """,
+            target={"torch": "2.4"},
+        ),
+        # A strategy object nobody passes to Fabric/Trainer wraps nothing.
+        Valid(
+            """
+            from lightning.fabric.strategies import FSDPStrategy
+            from lit_llama.lora import mark_only_lora_as_trainable
+
+            strategy = FSDPStrategy(auto_wrap_policy={Block})
+            mark_only_lora_as_trainable(model)
+            """,
+            target={"torch": "2.0"},
         ),
     ]
     INVALID = [
@@ -260,6 +292,39 @@ class Fsdp1MixedRequiresGrad(Rule):
             """,
             line=7,
         ),
+        # Lightning Fabric with a block-level policy over a loralib-style LoRA model on torch 2.0.
+        Invalid(
+            """
+            from functools import partial
+            import lightning as L
+            from lightning.fabric.strategies import FSDPStrategy
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            from lit_llama.lora import mark_only_lora_as_trainable
+
+            def main():
+                policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+                strategy = FSDPStrategy(auto_wrap_policy=policy, activation_checkpointing=Block)
+                fabric = L.Fabric(devices=4, strategy=strategy)
+                mark_only_lora_as_trainable(model)
+                model, optimizer = fabric.setup(model, optimizer)
+            """,
+            target={"torch": "2.0"},
+            line=9,
+        ),
+        # Lightning Trainer, use_orig_params=False passed through to FSDP1.
+        Invalid(
+            """
+            import lightning.pytorch as pl
+            from lightning.pytorch.strategies import FSDPStrategy
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+            trainer = pl.Trainer(strategy=FSDPStrategy(auto_wrap_policy={DecoderLayer}, use_orig_params=False))
+            trainer.fit(model)
+            """,
+            target={"torch": "2.4"},
+            line=6,
+        ),
     ]
 
     AUDIT_VALID = [
@@ -279,6 +344,7 @@ class Fsdp1MixedRequiresGrad(Rule):
             e.ref is None or e.ref.child for e in a.events("wrap1")
         )
         self._check_launch(ctx, tv)
+        self._check_lightning(ctx, tv)
         for t in a.timelines:
             for ev in t.of("wrap1"):
                 if ev.ref is None or ev.ref.child or ev.entity is None:
@@ -334,7 +400,7 @@ class Fsdp1MixedRequiresGrad(Rule):
         if str(policy.value if policy is not None else "NO_WRAP").strip().upper() not in _MIXING_LAUNCH_POLICIES:
             return
         uop = launch.get("use_orig_params")
-        orig = _truthy(uop.value) if uop is not None else False
+        orig = _truthy(uop.value) if uop is not None else use_orig_params_default("accelerate")
         if orig is None or (orig and not tv < "2.1"):
             return
         trainers = a.calls("Trainer")
@@ -376,6 +442,43 @@ class Fsdp1MixedRequiresGrad(Rule):
                 ctx.report_setting(uop or policy, msg, fallback=p.node)
                 return
 
+    def _check_lightning(self, ctx, tv) -> None:
+        """Lightning's FSDPStrategy (Fabric / Trainer `strategy=`) is the FSDP1 wrap: its auto_wrap_policy
+        decides the units. Lightning defaults use_orig_params=True on torch >= 2.0 (fabric/strategies/fsdp.py,
+        pytorch/strategies/fsdp.py), so on torch >= 2.1 only an explicit use_orig_params=False mixes badly."""
+        a = ctx.analysis
+        if not (a.uses_peft or a.calls("mark_only_lora_as_trainable")):
+            return
+        used = _lightning_strategies(a)
+        for call in a.calls("lightning_FSDPStrategy"):
+            if id(call) not in used:
+                continue
+            kws = a.keywords(call)
+            if kws is None:
+                continue
+            policy_expr = kws.get("auto_wrap_policy")
+            policy = "layers" if _module_set(a, policy_expr, call.scope) else _policy_kind(a, policy_expr, call.scope)
+            if policy not in ("none", "layers"):
+                continue
+            uop_expr = kws.get("use_orig_params")
+            uop = a.value(uop_expr, call.scope) if uop_expr is not None else use_orig_params_default("lightning")
+            if uop is UNKNOWN:
+                continue
+            where = ("the root unit holds every parameter" if policy == "none" else
+                     "the policy wraps whole blocks, so each unit holds frozen base weights and trainable LoRA weights")
+            node = call.kwarg("auto_wrap_policy") or call.node
+            if tv < "2.1":
+                ctx.report(node, f"Lightning's FSDPStrategy wraps this LoRA model with FSDP1 and {where}; on "
+                                 f"{tv.describe()} FSDP1 requires uniform requires_grad in every unit even with "
+                                 f"use_orig_params=True (\"FlatParameter requires uniform requires_grad\", "
+                                 f"pytorch#100945). Upgrade to torch >= 2.1, or give the LoRA layers their own units "
+                                 f"(a lambda_auto_wrap_policy over the trainable leaves).")
+            elif uop is False:
+                ctx.report(uop_expr, f"Lightning's FSDPStrategy wraps this LoRA model with FSDP1, use_orig_params=False "
+                                     f"and {where}: wrapping raises \"ValueError: ... has both parameters with "
+                                     f"requires_grad=True and False\". Drop use_orig_params=False (Lightning's default "
+                                     f"is True), or give the LoRA layers their own units.")
+
     def audit(self, ctx):
         plan = ctx.plan
         if plan.version != 1:
@@ -394,6 +497,29 @@ class Fsdp1MixedRequiresGrad(Rule):
                                  f"mixes frozen and trainable parameters.{ctx.more_units([u.name for u in mixed])} "
                                  f"Upgrade to torch >= 2.1 or use peft's fsdp_auto_wrap_policy.",
                            unit=mixed[0].name, field="fsdp")
+
+
+def _lightning_strategies(a) -> set:
+    """ids of the FSDPStrategy calls passed as `strategy=` to a Lightning Fabric or Trainer."""
+    out = set()
+    for host in a.calls("lightning_Fabric", "lightning_Trainer"):
+        expr = host.kw("strategy")
+        call = a.call_for(expr, host.scope, "lightning_FSDPStrategy") if expr is not None else None
+        if call is not None:
+            out.add(id(call))
+    return out
+
+
+def _module_set(a, expr, scope) -> bool:
+    """Lightning's shorthand `auto_wrap_policy={Block}`: a set of module classes (a ModuleWrapPolicy)."""
+    import libcst as cst
+
+    for _ in range(3):
+        if isinstance(expr, cst.Set):
+            return True
+        d = dotted(expr) if expr is not None else None
+        expr = a.binding(d, scope) if d else None
+    return False
 
 
 def _trains_adapter(a, lora) -> bool:

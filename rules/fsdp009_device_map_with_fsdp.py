@@ -2,12 +2,14 @@ from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, remove_keyword, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._jobs import job_of, report_job
 
 # device_map values that spread one model over several devices (accelerate's big-model dispatch).
 DISPATCHING = {"auto", "balanced", "balanced_low_0", "sequential"}
 # What happens to a model that is trained under FSDP.
 TRAINED = ("wrap1", "shard2", "prepare", "lora")
 LOADERS = ("load_model", "PeftModel_from_pretrained")
+
 
 
 class DeviceMapWithFsdp(Rule):
@@ -29,6 +31,8 @@ class DeviceMapWithFsdp(Rule):
     Finds `from_pretrained(..., device_map="auto")` (or `"balanced"`, `"sequential"`, or a dict that spreads
     modules over several devices) for a model that the same script wraps with FSDP, prepares with an
     FSDP accelerate config, hands to a Trainer configured with `fsdp=`, or turns into a LoRA model there.
+    In axolotl configs, finds a dispatching `device_map:` with FSDP on (axolotl drops it under FSDP
+    from v0.12.0).
 
     ## Why is this bad?
     `device_map="auto"` is big-model *inference* dispatch: layers are placed on different GPUs and moved
@@ -191,6 +195,14 @@ class DeviceMapWithFsdp(Rule):
     ]
 
     def check(self, ctx) -> None:
+        job = job_of(ctx)
+        if job is not None:
+            if job.device_map is not None and job.fsdp_version is not None:
+                report_job(ctx, job.device_map,
+                           f"{job.name} passes device_map={job.device_map.value!r} to from_pretrained under FSDP "
+                           f"({job.fsdp_version_why}): accelerate dispatches the layers over the GPUs of one rank "
+                           f"before FSDP shards them", job.gate(self.code), job.remedy.get(self.code))
+            return
         a = ctx.analysis
         if a.launch_fsdp_version is None and not a.calls("FSDP1", "fully_shard"):
             return

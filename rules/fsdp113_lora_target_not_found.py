@@ -24,6 +24,9 @@ class LoraTargetNotFound(Rule):
     Applies the LoRA config with the real peft to the architecture (on the meta device) and reports target
     names that match no module: when none match, peft raises `ValueError: Target modules {...} not found
     in the base model`; when some match, peft silently drops the others.
+    In axolotl (`lora_target_modules`) and LLaMA-Factory (`lora_target`) configs, the names are checked
+    against the architecture the config names (a local config.json, axolotl's `model_type` class, or a
+    well-known hub id); with an unknown architecture, nothing is reported.
 
     It also warns, with the wording "possibly unintended", when the targets reach far fewer modules than
     the user likely meant: none inside the decoder layers (only `lm_head`, or only a vision tower), or

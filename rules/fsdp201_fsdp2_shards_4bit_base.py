@@ -3,6 +3,7 @@ from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._jobs import job_of, report_job
 
 
 class Fsdp2Shards4bitBase(Rule):
@@ -17,7 +18,9 @@ class Fsdp2Shards4bitBase(Rule):
     Finds bitsandbytes `Params4bit` weights (QLoRA base weights) inside an FSDP2 unit that are not in
     `ignored_params`. In scripts, finds a 4-bit load (`BitsAndBytesConfig(load_in_4bit=True)`) of a model
     that is then sharded with `fully_shard` without `ignored_params`, or launched with accelerate / the
-    Trainer on FSDP2 where accelerate does not exclude the 4-bit weights itself.
+    Trainer on FSDP2 where accelerate does not exclude the 4-bit weights itself. In axolotl and
+    LLaMA-Factory configs, finds a 4-bit base under `fsdp_version: 2`, except where the tool keeps
+    Params4bit itself (axolotl >= 0.12.0 with `adapter: qlora`).
 
     ## Why is this bad?
     bitsandbytes has no FSDP2 all-gather extension: `fully_shard` turns each `Params4bit` into a plain
@@ -51,6 +54,19 @@ class Fsdp2Shards4bitBase(Rule):
     - axolotl#2992, trl#6343, torchtune#909
     """
     VALID = [
+        # ... and FSDP1 before transformers 5.10: FSDP202's route, not this rule's.
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.57.1", "torch": "2.7", "accelerate": "1.15.0"},
+        ),
         # Catalog correction b: the frozen 4-bit weights are excluded through ignored_params (torch >= 2.7).
         Valid(
             """
@@ -113,6 +129,20 @@ class Fsdp2Shards4bitBase(Rule):
         ),
     ]
     INVALID = [
+        # TrainingArguments(fsdp=...) without a version is FSDP2 from transformers 5.10 (transformers#45640).
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "5.24.0", "torch": "2.7", "accelerate": "1.15.0"},
+            line=4,
+        ),
         Invalid(
             """
             import torch
@@ -161,6 +191,10 @@ class Fsdp2Shards4bitBase(Rule):
     ]
 
     def check(self, ctx) -> None:
+        job = job_of(ctx)
+        if job is not None:
+            self._check_job(ctx, job)
+            return
         a = ctx.analysis
         configs = [c for c in a.calls("BitsAndBytesConfig") if _true(a, c, "load_in_4bit")]
         loads = [c for c in a.calls("load_model") if _true(a, c, "load_in_4bit") or _uses_config(a, c, configs)]
@@ -205,6 +239,23 @@ class Fsdp2Shards4bitBase(Rule):
             + (f" ({acc_v.declare_hint('1.14')}.)" if severity is not None else ""),
             severity=severity,
         )
+
+    def _check_job(self, ctx, job) -> None:
+        """An axolotl / LLaMA-Factory job that trains a 4-bit base under FSDP2."""
+        q = job.quant
+        if q is None or q.bits != 4 or job.fsdp_version != 2:
+            return
+        gate = job.gate(self.code)
+        if self.code not in job.gates:
+            # No patch of the tool's own: accelerate decides (as for a script launched with FSDP2).
+            torch_v, acc_v = ctx.version("torch"), ctx.version("accelerate")
+            if q.storage is None and torch_v >= "2.7" and acc_v >= "1.14":
+                return  # accelerate excludes the uint8 Params4bit from sharding (accelerate#3987)
+        report_job(ctx, q.setting,
+                   f"{job.name} trains this 4-bit model with FSDP2 ({job.fsdp_version_why}): bitsandbytes has no "
+                   f"FSDP2 support, so each Params4bit becomes a plain DTensor and its quant_state is lost (silent "
+                   f"garbage or 'only Tensors of floating point dtype can require gradients')", gate,
+                   job.remedy.get(self.code))
 
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},

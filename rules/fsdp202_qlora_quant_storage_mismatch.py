@@ -5,6 +5,7 @@ from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._jobs import job_of, report_job
 
 
 class QloraQuantStorageMismatch(Rule):
@@ -24,7 +25,10 @@ class QloraQuantStorageMismatch(Rule):
     (`bnb_4bit_quant_storage`, uint8 by default) and runs FSDP1's own flattening checks on each unit.
     In scripts, finds `BitsAndBytesConfig(load_in_4bit=True)` under FSDP1 (`FullyShardedDataParallel`,
     or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, or with one that differs
-    from the `dtype=`/`torch_dtype=` the model is loaded with.
+    from the `dtype=`/`torch_dtype=` the model is loaded with. In axolotl and LLaMA-Factory configs, finds
+    a 4-bit base under FSDP1 that the tool loads without a float storage: axolotl's `adapter: lora` with
+    `load_in_4bit` (before v0.13.0; axolotl sets the storage only for `adapter: qlora`), LLaMA-Factory
+    with a transformers < 4.39 or bitsandbytes < 0.43 that drops its `bnb_4bit_quant_storage`.
 
     ## Why is this bad?
     A `FlatParameter` needs one floating dtype. With the default uint8 storage FSDP1 raises `ValueError:
@@ -56,6 +60,19 @@ class QloraQuantStorageMismatch(Rule):
     - peft docs accelerate/fsdp.md; peft#1432; axolotl#1494; trl#1723
     """
     VALID = [
+        # TrainingArguments(fsdp=...) is FSDP2 from transformers 5.10: FSDP201's business.
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "5.24.0"},
+        ),
         # The catalog's correct pattern: storage taken from the same variable as the load dtype.
         """
         import torch
@@ -119,6 +136,29 @@ class QloraQuantStorageMismatch(Rule):
         """,
     ]
     INVALID = [
+        # ... and FSDP1 before 5.10.
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.57.1"},
+            line=4,
+            expected_fix="""
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            Trainer(model=model, args=args).train()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -200,6 +240,10 @@ class QloraQuantStorageMismatch(Rule):
     ]
 
     def check(self, ctx) -> None:
+        job = job_of(ctx)
+        if job is not None:
+            self._check_job(ctx, job)
+            return
         a = ctx.analysis
         loads = a.calls("load_model")
         for bnb in a.calls("BitsAndBytesConfig"):
@@ -235,6 +279,24 @@ class QloraQuantStorageMismatch(Rule):
                     f"Must flatten tensors with uniform dtype). Set bnb_4bit_quant_storage={dtype_name}.",
                     fix=_fix(ctx, a, bnb, dtype, load, dtype_name, replace=True),
                 )
+
+    def _check_job(self, ctx, job) -> None:
+        """An axolotl / LLaMA-Factory job: the storage the tool gives its 4-bit weights under FSDP1."""
+        q = job.quant
+        if q is None or q.bits != 4 or job.fsdp_version != 1:
+            return
+        gate = job.gate(self.code)
+        if q.storage is None:
+            report_job(ctx, q.setting,
+                       f"{job.name} loads this model in 4-bit under FSDP1 ({job.fsdp_version_why}) with the default "
+                       f"uint8 bnb_4bit_quant_storage: FSDP1 cannot flatten integer tensors (ValueError: Cannot "
+                       f"flatten integer dtype tensors / Must flatten tensors with uniform dtype ... torch.uint8)",
+                       gate, job.remedy.get(self.code))
+        elif q.model_dtype is not None and q.storage != q.model_dtype:
+            report_job(ctx, q.storage_setting or q.setting,
+                       f"{job.name} stores the 4-bit weights as {q.storage} but loads the model as {q.model_dtype}: "
+                       f"FSDP1 cannot flatten a unit mixing the two dtypes (ValueError: Must flatten tensors with "
+                       f"uniform dtype). Set the quant storage to {q.model_dtype}", gate, job.remedy.get(self.code))
 
     AUDIT_VALID = [
         spec(quantization={"load_in_4bit": True, "bnb_4bit_quant_storage": "bfloat16"},

@@ -1,6 +1,7 @@
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._jobs import job_of, report_job
 
 YAML_FSDP = """\
 distributed_type: FSDP
@@ -20,7 +21,9 @@ class EightBitWithFsdp(Rule):
     ## What it does
     Finds `load_in_8bit=True` (in `BitsAndBytesConfig` or passed to `from_pretrained`) in a script that
     shards the model with FSDP (`FullyShardedDataParallel`, `fully_shard`, an accelerate FSDP config or
-    `TrainingArguments(fsdp=...)`).
+    `TrainingArguments(fsdp=...)`), and `load_in_8bit: true` / `quantization_bit: 8` in an axolotl or
+    LLaMA-Factory config with FSDP (except where the tool refuses it or handles it: LLaMA-Factory >= 0.8.2,
+    axolotl >= 0.15.0 under FSDP2).
 
     ## Why is this bad?
     bitsandbytes stores 8-bit weights as `Int8Params` with an int8 dtype and has no float storage option
@@ -179,6 +182,16 @@ class EightBitWithFsdp(Rule):
     ]
 
     def check(self, ctx) -> None:
+        job = job_of(ctx)
+        if job is not None:
+            q = job.quant
+            if q is not None and q.bits == 8 and job.fsdp_version in (1, 2):
+                report_job(ctx, q.setting,
+                           f"{job.name} loads this model in 8-bit under FSDP{job.fsdp_version} ({job.fsdp_version_why}): "
+                           "bitsandbytes' int8 weights cannot be flattened or sharded with the float parameters "
+                           "(ValueError: Cannot flatten integer dtype tensors)", job.gate(self.code),
+                           job.remedy.get(self.code))
+            return
         a = ctx.analysis
         for call in a.calls("BitsAndBytesConfig", "load_model"):
             if not a.fsdp_at(call):

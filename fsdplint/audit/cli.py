@@ -40,10 +40,14 @@ from fsdplint.errors import FsdplintError
 @click.option("--trust-remote-code", is_flag=True, help="Allow configs that need custom model code.")
 @click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to report.")
 @click.option("--ignore", metavar="CODES", help="Comma-separated codes or prefixes not to report.")
+@click.option("--config-json", "config_json", metavar="PATH",
+              help="With an axolotl / LLaMA-Factory / trl recipe YAML: the model's weights-free config.json "
+                   "(or its directory).")
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def model_command(config, select, ignore, output_format, **flags):
-    """Build CONFIG (a Hugging Face config.json or an fsdplint audit spec, JSON or TOML) on the meta
-    device, apply LoRA, quantization and the FSDP plan with the real libraries, and audit it."""
+def model_command(config, select, ignore, output_format, config_json=None, **flags):
+    """Build CONFIG (a Hugging Face config.json, an fsdplint audit spec, JSON or TOML, or an axolotl /
+    LLaMA-Factory YAML) on the meta device, apply LoRA, quantization and the FSDP plan with the real
+    libraries, and audit it."""
     from fsdplint.audit.spec import load_spec
 
     try:
@@ -55,7 +59,11 @@ def model_command(config, select, ignore, output_format, **flags):
         if bad:
             raise FsdplintError(f"unknown rule selector {bad[0]!r}")
         codes = select_codes(sel or None, ign or None) if (sel or ign) else None
-        spec = load_spec(config, flags)
+        spec = _tool_spec(config, config_json, flags)
+        if spec is None:
+            if config_json:
+                raise FsdplintError("--config-json applies to an axolotl / LLaMA-Factory YAML config")
+            spec = load_spec(config, flags)
         from pathlib import Path
 
         from fsdplint.config import load_config
@@ -78,6 +86,45 @@ def model_command(config, select, ignore, output_format, **flags):
     else:
         report.write_text(result, out, color=out.isatty())
     sys.exit(result.exit_code)
+
+
+def _tool_spec(config, config_json, flags):
+    """The audit spec of an axolotl / LLaMA-Factory YAML (None for other inputs)."""
+    from pathlib import Path
+
+    path = Path(config)
+    if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
+        return None
+    from fsdplint.audit.spec import AuditInputError, apply_overrides
+    from fsdplint.toolconfigs.read import read_job
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise AuditInputError(f"{path}: cannot read the config: {e}") from None
+    job = read_job(text, str(path), path=path, recipes=True)
+    if job is None:
+        import yaml
+
+        try:
+            yaml.safe_load(text)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            row = f":{mark.line + 1}" if mark is not None else ""
+            raise AuditInputError(f"{path}{row}: invalid YAML: {(e.problem or e.context or '').strip()}") from None
+        except yaml.YAMLError as e:
+            raise AuditInputError(f"{path}: invalid YAML: {e}") from None
+        raise AuditInputError(f"{path}:1: not an axolotl, LLaMA-Factory or trl recipe config "
+                              f"(YAML audit specs are not supported)")
+    if job.launch is None:
+        from fsdplint.toolconfigs.jobs import launch_for_job
+
+        launch_for_job(job, path)  # FSDP from the accelerate config a launcher names with it
+    from fsdplint.toolconfigs.audit_spec import spec_for_job
+
+    spec = spec_for_job(job, config_json)
+    apply_overrides(spec, flags)
+    return spec
 
 
 def main():  # pragma: no cover - `python -m fsdplint.audit.cli`

@@ -1,0 +1,163 @@
+"""A training-tool job: what the tool will build, each value with its YAML line."""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from fsdplint.launch import LaunchFacts, Setting
+
+TOOL_NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "recipe": "the trl recipe"}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether the tool, at the job's version, lets a failure through.
+
+    affected: True (the version is known and has the problem), False (the tool handles it: stay
+    silent), None (the tool's version is unknown: the finding becomes a warning that says what
+    to declare). `why` says what the tool does, with the version it was read at."""
+
+    affected: Optional[bool]
+    why: str = ""
+    declare: str = ""
+
+    def suffix(self) -> str:
+        """The text appended to a finding's message."""
+        if self.affected is None and self.declare:
+            why = self.why[:1].upper() + self.why[1:]
+            return f". {why}: declare the {self.declare} version (e.g. a requirements pin) to decide"
+        return f" ({self.why})" if self.why else ""
+
+
+@dataclass
+class Quant:
+    bits: int
+    setting: Setting  # where 4-bit / 8-bit is asked for
+    # The bnb_4bit_quant_storage the tool passes (dtype name), None: the uint8 default.
+    storage: Optional[str] = None
+    storage_setting: Optional[Setting] = None
+    model_dtype: Optional[str] = None  # the dtype the tool loads the model with
+
+
+@dataclass
+class Job:
+    tool: str
+    filename: str
+    text: str
+    values: dict[str, Setting] = field(default_factory=dict)  # top-level keys (and "fsdp_config.<key>")
+    tool_version: Any = None  # versions.TargetVersion, or None when unknown
+    model: Optional[Setting] = None
+    family: Optional[str] = None  # architecture family for LoRA target names (rules/_module_names.py)
+    family_source: str = ""
+    adapter: Optional[Setting] = None
+    quant: Optional[Quant] = None
+    lora_targets: Optional[list[str]] = None  # None: unknown or every linear layer
+    targets_setting: Optional[Setting] = None
+    device_map: Optional[Setting] = None
+    launch: Optional[LaunchFacts] = None  # FSDP settings; None: no FSDP
+    fsdp_version_why: str = ""
+    # Rule code -> what the tool does about that failure at this version (absent: nothing).
+    gates: dict[str, Gate] = field(default_factory=dict)
+    # Rule code -> what to change in this tool's config (the rules' own advice is for scripts).
+    remedy: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return TOOL_NAMES[self.tool]
+
+    @property
+    def fsdp_version(self) -> Optional[int]:
+        return self.launch.fsdp_version if self.launch is not None else None
+
+    def get(self, key: str) -> Optional[Setting]:
+        return self.values.get(key)
+
+    def value(self, key: str, default: Any = None) -> Any:
+        s = self.values.get(key)
+        return s.value if s is not None else default
+
+    def gate(self, code: str) -> Gate:
+        return self.gates.get(code, Gate(True))
+
+    def version_text(self) -> str:
+        tv = self.tool_version
+        return tv.describe() if tv is not None else f"{self.name} version unknown"
+
+
+def yaml_tree(text: str, filename: str):
+    """The YAML mapping node of `text`, or None (not YAML, not a mapping)."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    return root if isinstance(root, yaml.MappingNode) else None
+
+
+def mapping_values(node, filename: str, prefix: str = "") -> dict[str, Setting]:
+    """Top-level keys of a mapping node as Settings (value constructed, line of the key);
+    nested mappings also give "<key>.<subkey>" entries."""
+    import yaml
+
+    loader = yaml.SafeLoader("")
+    out: dict[str, Setting] = {}
+    for knode, vnode in node.value:
+        key = f"{prefix}{knode.value}"
+        try:
+            value = loader.construct_object(vnode, deep=True)
+        except yaml.YAMLError:
+            value = getattr(vnode, "value", None)
+        out[key] = Setting(key, value, filename, knode.start_mark.line + 1)
+        if isinstance(vnode, yaml.MappingNode) and not prefix:
+            out.update(mapping_values(vnode, filename, f"{key}."))
+    return out
+
+
+def family_of(model_id: Any, model_class: Any = None, config_dir: Optional[Path] = None) -> tuple[Optional[str], str]:
+    """Architecture family from a local config.json, a model class name (LlamaForCausalLM) or a
+    well-known hub id; (None, "") when unsure (then LoRA target names are not checked)."""
+    import json
+    import re
+
+    from fsdplint.rules._lora_targets import _MODEL_IDS, _MODEL_TYPES
+    from fsdplint.rules._module_names import FAMILIES
+
+    if isinstance(model_id, str) and config_dir is not None:
+        local = Path(model_id)
+        if not local.is_absolute():
+            local = config_dir / local
+        cfg = local / "config.json"
+        if cfg.is_file():
+            try:
+                mt = str(json.loads(cfg.read_text(encoding="utf-8")).get("model_type", "")).lower()
+            except (OSError, ValueError, AttributeError):
+                mt = ""
+            fam = _MODEL_TYPES.get(mt, mt)
+            if fam in FAMILIES:
+                return fam, str(cfg)
+    if isinstance(model_class, str):
+        m = re.fullmatch(r"([A-Za-z0-9]+)For[A-Za-z]+", model_class.strip())
+        if m and m.group(1).lower() != "auto":
+            stem = m.group(1).lower()
+            by_flat = {f.replace("_", ""): f for f in FAMILIES}
+            fam = by_flat.get(stem)
+            if fam is not None:
+                return fam, model_class.strip()
+    if isinstance(model_id, str):
+        for pat, fam in _MODEL_IDS:
+            if re.search(pat, model_id.lower()):
+                return fam, model_id
+    return None, ""
+
+
+def dtype_name(v: Any) -> Optional[str]:
+    """"bf16"/"bfloat16"/"torch.bfloat16" -> "bfloat16"; None when unknown."""
+    if not isinstance(v, str):
+        return None
+    name = v.strip().lower().removeprefix("torch.")
+    return {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "half": "float16",
+            "fp32": "float32", "float32": "float32", "float": "float32"}.get(name)

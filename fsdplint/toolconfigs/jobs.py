@@ -1,0 +1,83 @@
+"""Linking a tool job to the accelerate config its launcher names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from fsdplint.toolconfigs.job import Job
+
+
+def launch_for_job(job: Job, path: Path, root: Optional[str] = None) -> None:
+    """A job without FSDP settings of its own takes them from the single FSDP accelerate config
+    that a launcher names on the same command line as the job's YAML."""
+    if job.launch is not None:
+        return
+    facts = launcher_config(path, root)
+    if facts is not None:
+        from fsdplint.toolconfigs.llamafactory import use_launch
+
+        use_launch(job, facts, f"launched with {facts.source}")
+
+
+def launcher_config(path: Path, root: Optional[str] = None):
+    """The FSDP LaunchFacts of the one accelerate config named with `path` by a `*.sh` launcher."""
+    from fsdplint.errors import UsageError
+    from fsdplint.launch import load_accelerate_config
+    from fsdplint.toolconfigs.launchers import configs_for, project_root
+
+    base = Path(root) if root else project_root(path)
+    found = []
+    for cfg in configs_for(path, base):
+        try:
+            facts = load_accelerate_config(cfg)
+        except UsageError:
+            continue  # reported when the YAML itself is linted
+        if facts.uses_fsdp:
+            found.append(facts)
+    return found[0] if len(found) == 1 else None
+
+
+def _scalar(v):
+    """A launcher flag's text as HfArgumentParser would read it (ints, floats, booleans; else the text)."""
+    if not isinstance(v, str):
+        return v
+    low = v.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+    return v
+
+
+def jobs_launched_with(config: Path, facts, root: Optional[str], versions_for, *, explicit=None,
+                       use_installed: bool = True) -> list:
+    """LLaMA-Factory jobs given as launcher flags (`accelerate launch --config_file CONFIG src/train.py
+    --stage sft --quantization_bit 4 ...`), each launched with this accelerate config. Values point at
+    the launcher's lines. `versions_for(path)` resolves the library versions near the launcher."""
+    from fsdplint.launch import Setting
+    from fsdplint.toolconfigs.launchers import _display, lines_naming_config, project_root
+    from fsdplint.toolconfigs.llamafactory import looks_like, use_launch
+    from fsdplint.toolconfigs.read import job_from_values
+
+    base = Path(root) if root else project_root(config)
+    out = []
+    for ll in lines_naming_config(config, base):
+        if not ll.llamafactory_args:
+            continue
+        name = str(_display(ll.launcher))
+        values = {k: Setting(k, _scalar(v), name, row) for k, v, row in ll.llamafactory_args}
+        if not looks_like(set(values) | {"model_name_or_path"}) or "model_name_or_path" not in values:
+            continue  # a generic train.py with other flags
+        try:
+            text = ll.launcher.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        job = job_from_values("llamafactory", name, text, values, path=ll.launcher, explicit=explicit,
+                              use_installed=use_installed, versions=versions_for(ll.launcher))
+        use_launch(job, facts, f"launched with {facts.source}")
+        out.append(job)
+    return out

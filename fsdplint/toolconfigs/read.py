@@ -1,0 +1,67 @@
+"""Reading a tool config: recognise the tool by the file's keys, then let its reader fill the job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from fsdplint.launch import Setting
+from fsdplint.toolconfigs.job import Job, mapping_values, yaml_tree
+
+
+def recognise(text: str, filename: str, *, recipes: bool = False) -> Optional[str]:
+    """"axolotl" / "llamafactory" when the YAML text is such a config (by its keys), else None;
+    with `recipes`, also "recipe" for a trl / alignment-handbook recipe (model side only)."""
+    if "base_model" not in text and "model_name_or_path" not in text:
+        return None  # cheap pre-filter: both tools name the model with one of these keys
+    root = yaml_tree(text, filename)
+    if root is None:
+        return None
+    keys = {str(k.value) for k, _ in root.value}
+    import fsdplint.toolconfigs.axolotl as axolotl
+    import fsdplint.toolconfigs.llamafactory as llamafactory
+
+    if axolotl.looks_like(keys):
+        return "axolotl"
+    if llamafactory.looks_like(keys):
+        return "llamafactory"
+    if recipes:
+        import fsdplint.toolconfigs.recipe as recipe
+
+        if recipe.looks_like(keys):
+            return "recipe"
+    return None
+
+
+def read_job(text: str, filename: str, *, path: Optional[Path] = None, explicit: Optional[dict] = None,
+             use_installed: bool = True, versions: Optional[dict] = None, recipes: bool = False) -> Optional[Job]:
+    """The job a tool config describes, or None when `text` is no tool config.
+
+    `versions`: resolved library versions by package (TargetVersion) for version-dependent
+    tool behaviour (e.g. transformers/bitsandbytes for LLaMA-Factory's quant storage)."""
+    tool = recognise(text, filename, recipes=recipes)
+    if tool is None:
+        return None
+    values = mapping_values(yaml_tree(text, filename), filename)
+    return job_from_values(tool, filename, text, values, path=path, explicit=explicit,
+                           use_installed=use_installed, versions=versions)
+
+
+def job_from_values(tool: str, filename: str, text: str, values: dict[str, Setting], *, path: Optional[Path] = None,
+                    explicit: Optional[dict] = None, use_installed: bool = True,
+                    versions: Optional[dict] = None) -> Job:
+    """The job for a tool from its settings by key (as a YAML file or a launcher's `--key value`
+    flags give them; nested keys as "fsdp_config.<key>"), each with the file and line it came from."""
+    import fsdplint.toolconfigs.axolotl as axolotl
+    import fsdplint.toolconfigs.llamafactory as llamafactory
+    from fsdplint.toolconfigs.defaults import tool_version
+
+    import fsdplint.toolconfigs.recipe as recipe
+
+    tv = tool_version(tool, path, explicit or {}, use_installed) if tool != "recipe" else None
+    reader = {"axolotl": axolotl, "llamafactory": llamafactory, "recipe": recipe}[tool]
+    job = Job(tool, filename, text, dict(values), tv)
+    reader.fill(job, versions or {}, path)
+    return job
+
+
