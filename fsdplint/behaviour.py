@@ -24,6 +24,7 @@ class Behaviour:
     what: str
     since: Optional[str]  # first release with it; None: every release fsdplint covers
     until: Optional[str] = None  # first release without it
+    before: str = ""  # what it did before `since`, when a message needs to say it
     read: str = ""  # the sources read (file and release)
     unverified: str = ""  # what the table states without having read it
 
@@ -86,9 +87,10 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
     Behaviour(
         "training_args_fsdp_default_v2", "transformers",
         "TrainingArguments(fsdp=...) without fsdp_config['version'] means FSDP2.",
-        since="5.0.0",
-        read="transformers 5.24.0 training_args.py (`fsdp_config.get(\"version\", 2)`)",
-        unverified="the switch is dated to 5.0.0 from the v5 release notes; 4.57 defaults to FSDP1",
+        since="5.10.0",
+        before="TrainingArguments(fsdp=...) without a version ran FSDP1",
+        read="transformers 5.9.0 training_args.py (`fsdp_config.get(\"version\", 1)`), 5.10.0 and 5.24.0 "
+             "(`fsdp_config.get(\"version\", 2)`); transformers#45640 (\"Default to FSDP2\")",
     ),
     Behaviour(
         "peft_autocast_adapter_dtype", "peft",
@@ -112,6 +114,56 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="1.7.0",
         read="accelerate v1.6.0 utils/constants.py (FSDP2_PYTORCH_VERSION = \"2.5.1\"), v1.7.0 and 1.15.0 "
              "(\"2.6.0\"); 1.15.0 utils/dataclasses.py and accelerator.py raise for fsdp_version == 2 below it",
+    ),
+    # -- training tools (axolotl, LLaMA-Factory): what the tool builds from its config --------------
+    Behaviour(
+        "axolotl_qlora_fsdp_storage", "axolotl",
+        "`adapter: qlora` + `load_in_4bit` builds BitsAndBytesConfig(bnb_4bit_quant_storage=torch.bfloat16)",
+        since="0.5.0",
+        before="no bnb_4bit_quant_storage (uint8)",
+        read="axolotl v0.5.0 src/axolotl/utils/models.py, v0.18.0 src/axolotl/loaders/model.py (set_quantization_config)",
+    ),
+    Behaviour(
+        "axolotl_lora_4bit_ignored", "axolotl",
+        "`adapter: lora` + `load_in_4bit` builds no 4-bit config (only `adapter: qlora` quantizes to 4 bits)",
+        since="0.13.0",
+        before="`adapter: lora` + `load_in_4bit` passed load_in_4bit=True to from_pretrained (uint8 storage)",
+        read="axolotl v0.12.0 loaders/model.py (`model_kwargs[\"load_in_4bit\"] = cfg.load_in_4bit`), v0.13.0 (removed)",
+    ),
+    Behaviour(
+        "axolotl_fsdp2_4bit_patch", "axolotl",
+        "with fsdp_version 2 and `adapter: qlora`, axolotl patches FSDP2's FSDPParam to keep Params4bit",
+        since="0.12.0",
+        before="no FSDP2 support for Params4bit",
+        read="axolotl#2992; v0.12.0 src/axolotl/monkeypatch/fsdp2_qlora.py, loaders/patch_manager.py",
+    ),
+    Behaviour(
+        "axolotl_fsdp2_8bit_patch", "axolotl",
+        "with fsdp_version 2 and load_in_8bit, axolotl patches FSDP2 to keep Int8Params",
+        since="0.15.0",
+        before="no FSDP2 support for Int8Params",
+        read="axolotl v0.15.0 loaders/patch_manager.py `_apply_fsdp2_bnb_patches` (load_in_4bit or load_in_8bit)",
+    ),
+    Behaviour(
+        "axolotl_fsdp_device_map", "axolotl",
+        "under FSDP axolotl drops the config's device_map (\"FSDP requires control over device placement\")",
+        since="0.12.0",
+        before="the config's device_map was passed to from_pretrained",
+        read="axolotl v0.12.0 loaders/model.py `_set_device_map_config`",
+    ),
+    Behaviour(
+        "llamafactory_fsdp_bnb_check", "llamafactory",
+        "under FSDP LLaMA-Factory requires transformers>=4.39.0 and bitsandbytes>=0.43.0 itself (ImportError)",
+        since="0.8.0",
+        before="only under DeepSpeed ZeRO-3; under FSDP an older transformers/bitsandbytes silently keeps uint8 storage",
+        read="LLaMA-Factory v0.6.0 src/llmtuner/model/patcher.py, v0.8.0 src/llamafactory/model/model_utils/quantization.py",
+    ),
+    Behaviour(
+        "llamafactory_fsdp_8bit_refused", "llamafactory",
+        "8-bit under FSDP raises \"Only 4-bit quantized model can use fsdp+qlora\"",
+        since="0.8.2",
+        before="8-bit under FSDP reached FSDP's flattening",
+        read="LLaMA-Factory commit 60d9896a7 (v0.8.2) model_utils/quantization.py",
     ),
 )}
 
@@ -143,7 +195,7 @@ def cite(key: str) -> str:
 
 def training_args_fsdp_version(transformers) -> Optional[int]:
     """The FSDP version `TrainingArguments(fsdp=...)` means without `fsdp_config["version"]`: 2 from
-    transformers 5, 1 before, None when the transformers version is unknown. (For launch.py, which today
+    transformers 5.10, 1 before, None when the transformers version is unknown. (For launch.py, which today
     reads it as FSDP1 on every release.)"""
     holds_v2 = holds("training_args_fsdp_default_v2", transformers)
     return None if holds_v2 is None else (2 if holds_v2 else 1)

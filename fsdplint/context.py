@@ -112,7 +112,7 @@ class LintContext:
             from fsdplint.toolconfigs.defaults import trainer_fsdp_version
 
             # TrainingArguments(fsdp=...) without a version: the Trainer's default, by transformers version.
-            script_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers"))
+            script_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers", a.c))
         arg_facts = launch_mod.from_arguments(env, dirs) if env is not None else None
         if arg_facts is not None:
             script_facts = arg_facts.merged(script_facts) if script_facts is not None else arg_facts
@@ -142,15 +142,16 @@ class LintContext:
         a = self.analysis
         return a.uses_fsdp or (a.launch is not None and a.launch.uses_fsdp)
 
-    def version(self, package: str) -> versions.TargetVersion:
+    def version(self, package: str, _collector=None) -> versions.TargetVersion:
         """The target version of `package`: declared, pinned or installed, else what this file's code
-        proves (an import that exists only from some release), else unknown (see versions.py)."""
+        proves (an import that exists only from some release), else unknown (see versions.py).
+        `_collector`: the file's records, for use while the analysis itself is being built."""
         if package not in self._versions:
             tv = versions.resolve(
                 package, self.path, self._explicit, self._config, self._config_source, self._use_installed
             )
             if tv.kind == "unknown":
-                ev = versions.proven(package, self.analysis.c)
+                ev = versions.proven(package, _collector if _collector is not None else self.analysis.c)
                 if ev is not None:
                     line = self.line(ev.node)
                     tv = versions.TargetVersion(

@@ -1,7 +1,7 @@
 """axolotl YAML configs (`axolotl train cfg.yml`, `accelerate launch -m axolotl.cli.train cfg.yml`).
 
 What axolotl builds from the config, read from its source (tags v0.4.0-v0.18.0, loaders/model.py,
-formerly utils/models.py; utils/schemas/*.py; loaders/patch_manager.py), see `defaults.BEHAVIOUR`:
+formerly utils/models.py; utils/schemas/*.py; loaders/patch_manager.py), see `fsdplint.behaviour`:
 - `adapter: qlora` + `load_in_4bit`: BitsAndBytesConfig(nf4, bnb_4bit_quant_storage=torch.bfloat16)
   (from v0.5.0); `adapter: lora` + `load_in_8bit`: BitsAndBytesConfig(load_in_8bit=True).
 - `adapter: lora` + `load_in_4bit`: before v0.13.0 `load_in_4bit=True` went to from_pretrained as
