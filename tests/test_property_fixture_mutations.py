@@ -117,7 +117,12 @@ def test_aliased_imports_keep_findings_and_lines(name, seed):
     text, before = original(name)
     mutated = mutations.alias_imports(text, random.Random(seed))
     got = lint(mutated, name)
-    assert [(f, c, r) for f, c, r, _ in got] == [(f, c, r) for f, c, r, _ in before]
+    # `from torch.distributed.fsdp import fully_shard` -> `import torch.distributed.fsdp as m`: that import
+    # works on every torch, and the missing name fails where `m.fully_shard` is used, so an FSDP008 (import
+    # path) finding moves from the import to the uses. Every other finding keeps its line.
+    moves = {"FSDP008"}
+    assert [(f, c, r) for f, c, r, _ in got if c not in moves] == [(f, c, r) for f, c, r, _ in before if c not in moves]
+    assert {(f, c) for f, c, _, _ in got if c in moves} == {(f, c) for f, c, _, _ in before if c in moves}
 
 
 @FUZZ
