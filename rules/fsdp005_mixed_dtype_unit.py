@@ -234,14 +234,15 @@ class MixedDtypeUnit(Rule):
 
     def audit(self, ctx):
         plan = ctx.plan
-        for message, units, _ in ctx.grouped_problems(self.code):
+        for problem, units in ctx.grouped_plan_problems(self.code):
             if plan.version == 1:
-                message = f"FSDP1 would raise ValueError: {message}."
+                message = f"{ctx.raised(problem)} ValueError: {problem.message}."
             else:
-                message = f"FSDP2 raises at the first forward of unit {units[0] or '(root)'}: {message}."
-            ctx.report(self, message + ctx.more_units(units) + " Cast the model to one dtype before wrapping, "
-                                       "or put parameters of another dtype in their own unit.",
-                       unit=units[0], field="fsdp")
+                message = f"FSDP2 raises at the first forward of unit {units[0] or '(root)'}: {problem.message}."
+            advice = problem.cause or ("Cast the model to one dtype before wrapping, or put parameters of another "
+                                       "dtype in their own unit.")
+            ctx.report(self, f"{message}{ctx.more_units(units)} {advice}", unit=units[0],
+                       field="lora" if "autocast_adapter_dtype" in advice else "fsdp")
         if plan.version == 2 and not ctx.torch_at_least(FROZEN_DTYPES_RELAXED_IN):
             mixed = [u for u in plan.units
                      if len({p.dtype for p in u.params if p.kind != "4bit"}) > 1

@@ -247,17 +247,11 @@ class QloraQuantStorageMismatch(Rule):
     ]
 
     def audit(self, ctx):
-        from fsdplint.audit.params import dtype_name
-
         if ctx.plan.version != 1:
             return
-        storage = ctx.built.quant_storage
-        for message, units, _ in ctx.grouped_problems(self.code):
-            ctx.report(self, f"FSDP1 would raise ValueError: {message}.{ctx.more_units(units)} "
-                             f"The 4-bit weights are stored as "
-                             f"{dtype_name(storage)}; set bnb_4bit_quant_storage={dtype_name(ctx.built.dtype)} "
-                             f"(the model dtype) so every flat parameter has one floating dtype.",
-                       unit=units[0], field="quantization")
+        for problem, units in ctx.grouped_plan_problems(self.code):
+            ctx.report(self, f"{ctx.raised(problem)} ValueError: {problem.message}.{ctx.more_units(units)} "
+                             f"{problem.cause}".rstrip(), unit=units[0], field="quantization")
 
 
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",

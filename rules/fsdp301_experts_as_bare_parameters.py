@@ -231,7 +231,12 @@ class ExpertsAsBareParameters(Rule):
 
     AUDIT_VALID = [
         spec("mixtral", lora={"r": 8, "target_modules": ["w1", "w2", "w3"]}),
+        # Attention-only LoRA on MoE models, under FSDP1 and FSDP2; DeepSeek-V3's MLA has no q_proj/v_proj:
+        # that is FSDP113's finding, not this one.
         spec("mixtral"),
+        spec("mixtral", fsdp={"version": 1, "use_orig_params": True}),
+        spec("deepseek_v3"),
+        spec("deepseek_v3", lora={"r": 8, "target_modules": ["q_b_proj", "kv_b_proj", "o_proj"]}),
     ]
     AUDIT_INVALID = [
         spec(model={"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 64,
@@ -248,9 +253,10 @@ class ExpertsAsBareParameters(Rule):
         if built.lora_config is None:
             return
         targets = set(built.user_targets or [])
-        unmatched = {c.target for c in built.coverage if c.modules == 0}
-        if not (targets & _MLP_NAMES or unmatched):
-            return  # attention-only LoRA on an MoE model is a legitimate choice
+        if not targets & _MLP_NAMES:
+            # Attention-only LoRA on an MoE model is a legitimate choice; attention targets the model
+            # lacks (q_proj on DeepSeek-V3's MLA) are FSDP113's.
+            return
         missed = [p for p in ctx.params if p.expert and not p.lora_reached and not p.requires_grad]
         if not missed:
             return

@@ -58,7 +58,7 @@ def test_fsdp1_report_says_the_plan_is_computed():
     assert code == 1
     assert "computed, not executed" in out
     # One finding for the 32 identical decoder-layer units, not 32.
-    assert out.count("FSDP004") == 1 and "31 more units" in out
+    assert out.count(": FSDP004 [") == 1 and "31 more units" in out
 
 
 def test_finding_points_at_the_target_modules_line():
