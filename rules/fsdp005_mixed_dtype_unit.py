@@ -37,6 +37,16 @@ class MixedDtypeUnit(Rule):
     torch.float32`; FSDP2 raises `AssertionError: FSDP expects uniform original parameter dtype but got
     {torch.bfloat16, torch.float32}` at the first forward.
 
+    The audit names the cause of each float32 tensor: peft's fp32 upcast of bf16/fp16 adapters
+    (`cast_adapter_dtype`, peft 0.21.2 tuners/tuners_utils.py; off with `get_peft_model(...,
+    autocast_adapter_dtype=False)`, or `--no-autocast-adapter-dtype`), a 4-bit layer's float32
+    `bnb_4bit_compute_dtype` (peft creates a layer's adapters in its base layer's dtype, a bnb 4-bit
+    layer's compute dtype: `_move_adapter_to_device_of_base_layer`), or weights transformers keeps in
+    float32 (`_keep_in_fp32_modules`, e.g. DeepSeek-V3's router `mlp.gate.weight`). An FSDP1 plan that
+    fails for several reasons gets one finding per reason, in the order torch raises them
+    (`_validate_frozen_params` first, then each unit's `_validate_tensors_to_flatten`; torch 2.13
+    distributed/fsdp/_wrap_utils.py and _flat_param.py), each found assuming the earlier ones fixed.
+
     ## Example
     ```python
     model = get_peft_model(model, LoraConfig(target_modules=["q_proj"], modules_to_save=["input_layernorm"]))

@@ -29,7 +29,11 @@ class QloraQuantStorageMismatch(Rule):
     ## Why is this bad?
     A `FlatParameter` needs one floating dtype. With the default uint8 storage FSDP1 raises `ValueError:
     Cannot flatten integer dtype tensors` or `Must flatten tensors with uniform dtype but got
-    torch.bfloat16 and torch.uint8`; a storage dtype different from the model dtype fails the same way.
+    torch.bfloat16 and torch.uint8`; a storage dtype different from the model dtype fails the same way
+    (`FlatParamHandle._validate_tensors_to_flatten`, torch 2.13 distributed/fsdp/_flat_param.py).
+    The audit reports this only when the 4-bit storage is what differs: float32 LoRA adapters next to a
+    bf16 storage are FSDP005 (peft's fp32 adapter upcast), and when the frozen/trainable mix (FSDP004)
+    fails first, this finding says it comes next.
 
     ## Example
     ```python

@@ -336,8 +336,13 @@ def _quantize(spec: AuditSpec, built: Built) -> None:
         else:
             built.base.is_loaded_in_8bit = True
     else:
+        from transformers.modeling_utils import local_torch_dtype
+
         quantizer = AutoHfQuantizer.from_config(bnb_config)
-        quantizer.preprocess_model(built.base, device_map={"": "cpu"}, dtype=built.dtype)
+        # from_pretrained swaps the modules inside its init context: the new modules' biases get the
+        # model dtype, not float32 (transformers 5.24 modeling_utils.from_pretrained).
+        with local_torch_dtype(built.dtype if built.dtype.is_floating_point else torch.float32):
+            quantizer.preprocess_model(built.base, device_map={"": "cpu"}, dtype=built.dtype)
         quantizer.postprocess_model(built.base)
     built.quant_config = bnb_config
     built.quantized = "4bit" if bnb_config.load_in_4bit else "8bit"
