@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 
-PLANS = ("fsdp2-layer", "fsdp2-root", "fsdp2-experts", "fsdp2-lora-leaves", "fsdp1-layer", "fsdp1-root",
+PLANS = ("fsdp2-layer", "fsdp2-layer-checkpointed", "fsdp2-root", "fsdp2-experts", "fsdp2-lora-leaves", "fsdp1-layer", "fsdp1-root",
          "fsdp1-peft-policy")
 
 
@@ -49,7 +49,8 @@ def run(plan: str) -> str:
         for n, p in m.named_parameters():
             if p.requires_grad and p.grad is not None:
                 g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-                grads[n.replace("_fsdp_wrapped_module.", "")] = g.detach().clone()
+                n = n.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
+                grads[n] = g.detach().clone()
         return out.loss.item(), grads
 
     ref_loss, ref = step(make())
@@ -67,6 +68,14 @@ def run(plan: str) -> str:
                 for n, mod in list(m.named_modules()):
                     if (".lora_A." in n + "." or ".lora_B." in n + ".") and isinstance(mod, torch.nn.Linear):
                         fully_shard(mod)
+            if plan == "fsdp2-layer-checkpointed":  # what accelerate's fsdp_activation_checkpointing does
+                from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+                    apply_activation_checkpointing,
+                )
+                from transformers.models.mixtral.modeling_mixtral import MixtralDecoderLayer
+
+                apply_activation_checkpointing(m, check_fn=lambda mod: isinstance(mod, MixtralDecoderLayer))
+                layers = [mod for mod in m.modules() if type(mod).__name__ == "CheckpointWrapper"]
             if plan != "fsdp2-root":
                 for layer in layers:
                     fully_shard(layer)

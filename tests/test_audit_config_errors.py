@@ -47,8 +47,12 @@ CASES = [
     ({"architectures": ["FooForCausalLM"]}, "architectures: 'FooForCausalLM' is not a class transformers"),
     ({"architectures": ["MistralForCausalLM"]}, "architectures: MistralForCausalLM is built from MistralConfig"),
     ({"num_key_value_heads": 3}, "num_key_value_heads: 8 attention heads cannot be split into 3"),
-    # Not in fsdplint's own checks: transformers' strict config dataclass names the field itself.
+    # Not in fsdplint's own checks: transformers' strict config dataclass names the field itself, or its
+    # validator's message and the failing lookup are traced back to the field.
     ({"rms_norm_eps": "small"}, "rms_norm_eps"),
+    ({"hidden_size": 250, "head_dim": 16}, "hidden_size: The hidden size (250) is not a multiple"),
+    ({"rope_scaling": {"rope_type": "bogus"}}, "rope_scaling.rope_type: 'bogus' is not a value transformers knows"),
+    ({"hidden_act": "nope"}, "hidden_act: 'nope' is not a value transformers knows"),
 ]
 
 

@@ -119,3 +119,62 @@ def test_local_adapter_directory_uses_its_base_directory(tmp_path):
 def test_directory_without_configs_is_refused(tmp_path):
     code, out, err = run(tmp_path)
     assert code == 2 and "no config.json (or adapter_config.json) in this directory" in err
+
+
+CONFIG_PY = '''from transformers import PretrainedConfig
+
+
+class ToyConfig(PretrainedConfig):
+    model_type = "toy_remote"
+
+    def __init__(self, hidden_size=32, num_hidden_layers=2, vocab_size=64, **kw):
+        self.hidden_size, self.num_hidden_layers, self.vocab_size = hidden_size, num_hidden_layers, vocab_size
+        super().__init__(**kw)
+'''
+MODELING_PY = '''import torch.nn as nn
+from transformers import PreTrainedModel
+
+from .configuration_toy import ToyConfig
+
+
+class ToyBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.q_proj = nn.Linear(c.hidden_size, c.hidden_size)
+
+
+class ToyForCausalLM(PreTrainedModel):
+    config_class = ToyConfig
+    _no_split_modules = ["ToyBlock"]
+
+    def __init__(self, c):
+        super().__init__(c)
+        self.layers = nn.ModuleList(ToyBlock(c) for _ in range(c.num_hidden_layers))
+        self.post_init()
+'''
+
+
+def test_custom_model_type_runs_its_local_code_only_with_trust_remote_code(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    d = tmp_path / "toy"
+    d.mkdir()
+    (d / "configuration_toy.py").write_text(CONFIG_PY)
+    (d / "modeling_toy.py").write_text(MODELING_PY)
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "toy_remote", "architectures": ["ToyForCausalLM"], "hidden_size": 32, "num_hidden_layers": 3,
+        "vocab_size": 64, "torch_dtype": "bfloat16",
+        "auto_map": {"AutoConfig": "configuration_toy.ToyConfig", "AutoModelForCausalLM": "modeling_toy.ToyForCausalLM"}}))
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "fsdplint", "model", str(d), "--target-modules", "q_proj", "--world-size", "2",
+           "--output-format", "json"]
+    refused = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "pass --trust-remote-code" in refused.stderr
+    ran = subprocess.run(cmd + ["--trust-remote-code"], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    data = json.loads(ran.stdout)
+    assert data["model"]["architecture"] == "ToyForCausalLM"
+    assert data["lora_coverage"][0]["modules"] == 3
+    assert any("custom code next to config.json" in n for n in data["notes"])

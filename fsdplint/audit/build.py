@@ -128,7 +128,7 @@ def _construct(spec: AuditSpec):
     try:
         config = config_cls(**cfg)
     except _BUILD_ERRORS + _strict_errors() as e:
-        raise AuditInputError(f"{spec.model_source}: {_config_error(e)}") from None
+        raise AuditInputError(f"{spec.model_source}: {_config_error(e, cfg)}") from None
     with torch.device("meta"):
         try:
             if cls is not None:
@@ -137,7 +137,7 @@ def _construct(spec: AuditSpec):
                 model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
         except _BUILD_ERRORS + _strict_errors() as e:
             raise AuditInputError(f"{spec.model_source}: cannot build {archs[0] if archs else model_type}: "
-                                  f"{_config_error(e)}") from None
+                                  f"{_config_error(e, cfg)}") from None
     return model, (archs[0] if archs else type(model).__name__)
 
 
@@ -149,14 +149,32 @@ def _strict_errors() -> tuple:
     return (StrictDataclassError,)
 
 
-def _config_error(e: BaseException) -> str:
-    """One line for a config error; huggingface_hub's strict-dataclass errors keep their cause."""
+def _config_error(e: BaseException, cfg: Optional[dict] = None) -> str:
+    """One line for a config error, starting with the field it is about when that can be told:
+    huggingface_hub's strict-dataclass errors carry it (or their cause names it in prose)."""
     cause = e.__cause__ if _strict_errors() and isinstance(e, _strict_errors()) else None
+    if isinstance(e, KeyError) and e.args and cfg:  # a lookup table without this value: name the field
+        where = _field_with_value(cfg, e.args[0])
+        if where:
+            return f"{where}: {e.args[0]!r} is not a value transformers knows for it"
+    text = _one_line(cause if cause is not None else e) or type(e).__name__
     field = getattr(e, "field", None)
-    if cause is not None:
-        text = _one_line(cause)
-        return f"{field}: {text}" if field and field not in text else text
-    return _one_line(e) or type(e).__name__
+    if not field and cfg:
+        low = text.lower()
+        field = next((k for k in cfg if isinstance(k, str) and "_" in k
+                      and (k in low or k.replace("_", " ") in low)), None)
+    return f"{field}: {text}" if field and not text.startswith(f"{field}:") and f"'{field}'" not in text else text
+
+
+def _field_with_value(cfg: dict, value, prefix: str = "") -> Optional[str]:
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            found = _field_with_value(v, value, f"{prefix}{k}.")
+            if found:
+                return found
+        elif isinstance(v, str) and v == value:
+            return f"{prefix}{k}"
+    return None
 
 
 def _check_required(cfg: dict, config_cls, source: str) -> None:

@@ -252,7 +252,8 @@ def spec_from_dict(data: Mapping, *, filename: str = "<spec>", base_dir: Optiona
     _parse_model(spec, data.get("model"), model_source)
     if "dtype" in data and data["dtype"] is not None:
         spec.dtype = normalize_dtype(data["dtype"], f"{where}: dtype")
-    spec.trust_remote_code = _bool(data.get("trust_remote_code", False), f"{where}: trust_remote_code")
+    if "trust_remote_code" in data:  # else model.trust_remote_code (read above) stands
+        spec.trust_remote_code = _bool(data["trust_remote_code"], f"{where}: trust_remote_code")
     spec.lora = _parse_lora(data.get("lora"), where, base_dir)
     _set_quant(spec, _parse_quant(data.get("quantization"), where))
     spec.fsdp = _parse_fsdp(data.get("fsdp") or {}, where)
@@ -375,7 +376,8 @@ def check_config_values(cfg: Mapping, source: str, _path: str = "") -> None:
         if isinstance(v, bool) or not isinstance(v, int) or not -vocab <= v < vocab:
             raise AuditInputError(f"{source}: {_path}{key}: {v!r} is not a token id below vocab_size {vocab}")
     heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    if _positive_int(heads) and _positive_int(hidden) and cfg.get("head_dim") is None and hidden % heads:
+    own_head_dims = cfg.get("head_dim") is not None or cfg.get("qk_nope_head_dim") is not None  # MLA: its own
+    if _positive_int(heads) and _positive_int(hidden) and not own_head_dims and hidden % heads:
         raise AuditInputError(f"{source}: {_path}hidden_size: {hidden} is not a multiple of num_attention_heads "
                               f"{heads} (and no head_dim is given)")
     kv = cfg.get("num_key_value_heads")
