@@ -41,6 +41,7 @@ def test_llama3_8b_lora_fsdp2_prints_report_and_exits_0():
     ("bad_gpt_oss_all_linear.json", {"FSDP301"}),
     ("bad_mistral_typo_targets.json", {"FSDP113"}),
     ("custom_moe_spec.json", {"FSDP301"}),
+    ("bad_mixtral_expert_lora_fsdp1_peft_policy.json", {"FSDP303"}),
 ])
 def test_bad_fixtures_report_their_codes_and_exit_1(fixture, codes):
     code, out = run(f"{MODELS}/{fixture}", "--output-format", "json")
