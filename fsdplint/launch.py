@@ -119,7 +119,11 @@ def parse_accelerate_config(text: str, filename: str) -> Optional[LaunchFacts]:
             facts.settings[key] = Setting(key, loader_value(vnode), filename, knode.start_mark.line + 1, via="accelerate")
     dist = str(facts.value("distributed_type", "")).upper()
     if dist == "FSDP" or (fsdp_section is not None and not dist):
-        facts.fsdp_version = _version_of(facts.value("version", 1)) or 1
+        raw = facts.get("version")
+        version = _version_of(raw.value) if raw is not None else 1
+        if version not in (1, 2):
+            raise UsageError(f"{filename}:{raw.line}: fsdp_version: expected 1 or 2, got {raw.value!r}")
+        facts.fsdp_version = version
     return facts
 
 

@@ -26,9 +26,9 @@ def build_spec(settings: ScriptSettings, model_config: Path, filename: str):
     """
     from fsdplint.audit.spec import AuditInputError, _read_mapping, is_hf_config, spec_from_dict
 
-    path = Path(model_config)
-    if path.is_dir():
-        path = path / "config.json"
+    from fsdplint.audit.hub import resolve
+
+    path = resolve(str(model_config)).config  # a file, a model directory or a hub id (config.json only)
     data, _ = _read_mapping(path, "model config")
     if is_hf_config(data):
         raw: dict = {"model": str(path.resolve())}

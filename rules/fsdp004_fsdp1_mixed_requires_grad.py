@@ -485,8 +485,8 @@ class Fsdp1MixedRequiresGrad(Rule):
             return
         hint = (" Use peft's fsdp_auto_wrap_policy(model) so each LoRA layer gets its own unit, or "
                 "use_orig_params=True (torch >= 2.1, at the cost of full-unit gradient memory).")
-        for message, units, _ in ctx.grouped_problems(self.code):
-            ctx.report(self, f"FSDP1 would raise ValueError: {message}{ctx.more_units(units)}{hint}",
+        for problem, units in ctx.grouped_plan_problems(self.code):
+            ctx.report(self, f"{ctx.raised(problem)} ValueError: {problem.message}{ctx.more_units(units)}{hint}",
                        unit=units[0], field="fsdp.use_orig_params")
         if plan.use_orig_params and not ctx.torch_at_least("2.1"):
             mixed = [u for u in plan.units if len({p.requires_grad for p in u.params}) > 1]

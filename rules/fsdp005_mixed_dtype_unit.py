@@ -38,6 +38,16 @@ class MixedDtypeUnit(Rule):
     torch.float32`; FSDP2 raises `AssertionError: FSDP expects uniform original parameter dtype but got
     {torch.bfloat16, torch.float32}` at the first forward.
 
+    The audit names the cause of each float32 tensor: peft's fp32 upcast of bf16/fp16 adapters
+    (`cast_adapter_dtype`, peft 0.21.2 tuners/tuners_utils.py; off with `get_peft_model(...,
+    autocast_adapter_dtype=False)`, or `--no-autocast-adapter-dtype`), a 4-bit layer's float32
+    `bnb_4bit_compute_dtype` (peft creates a layer's adapters in its base layer's dtype, a bnb 4-bit
+    layer's compute dtype: `_move_adapter_to_device_of_base_layer`), or weights transformers keeps in
+    float32 (`_keep_in_fp32_modules`, e.g. DeepSeek-V3's router `mlp.gate.weight`). An FSDP1 plan that
+    fails for several reasons gets one finding per reason, in the order torch raises them
+    (`_validate_frozen_params` first, then each unit's `_validate_tensors_to_flatten`; torch 2.13
+    distributed/fsdp/_wrap_utils.py and _flat_param.py), each found assuming the earlier ones fixed.
+
     ## Example
     ```python
     model = get_peft_model(model, LoraConfig(target_modules=["q_proj"], modules_to_save=["input_layernorm"]))
@@ -237,14 +247,15 @@ class MixedDtypeUnit(Rule):
 
     def audit(self, ctx):
         plan = ctx.plan
-        for message, units, _ in ctx.grouped_problems(self.code):
+        for problem, units in ctx.grouped_plan_problems(self.code):
             if plan.version == 1:
-                message = f"FSDP1 would raise ValueError: {message}."
+                message = f"{ctx.raised(problem)} ValueError: {problem.message}."
             else:
-                message = f"FSDP2 raises at the first forward of unit {units[0] or '(root)'}: {message}."
-            ctx.report(self, message + ctx.more_units(units) + " Cast the model to one dtype before wrapping, "
-                                       "or put parameters of another dtype in their own unit.",
-                       unit=units[0], field="fsdp")
+                message = f"FSDP2 raises at the first forward of unit {units[0] or '(root)'}: {problem.message}."
+            advice = problem.cause or ("Cast the model to one dtype before wrapping, or put parameters of another "
+                                       "dtype in their own unit.")
+            ctx.report(self, f"{message}{ctx.more_units(units)} {advice}", unit=units[0],
+                       field="lora" if "autocast_adapter_dtype" in advice else "fsdp")
         if plan.version == 2 and not ctx.torch_at_least(FROZEN_DTYPES_RELAXED_IN):
             mixed = [u for u in plan.units
                      if len({p.dtype for p in u.params if p.kind != "4bit"}) > 1

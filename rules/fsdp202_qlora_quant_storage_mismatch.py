@@ -33,7 +33,11 @@ class QloraQuantStorageMismatch(Rule):
     ## Why is this bad?
     A `FlatParameter` needs one floating dtype. With the default uint8 storage FSDP1 raises `ValueError:
     Cannot flatten integer dtype tensors` or `Must flatten tensors with uniform dtype but got
-    torch.bfloat16 and torch.uint8`; a storage dtype different from the model dtype fails the same way.
+    torch.bfloat16 and torch.uint8`; a storage dtype different from the model dtype fails the same way
+    (`FlatParamHandle._validate_tensors_to_flatten`, torch 2.13 distributed/fsdp/_flat_param.py).
+    The audit reports this only when the 4-bit storage is what differs: float32 LoRA adapters next to a
+    bf16 storage are FSDP005 (peft's fp32 adapter upcast), and when the frozen/trainable mix (FSDP004)
+    fails first, this finding says it comes next.
 
     ## Example
     ```python
@@ -309,17 +313,11 @@ class QloraQuantStorageMismatch(Rule):
     ]
 
     def audit(self, ctx):
-        from fsdplint.audit.params import dtype_name
-
         if ctx.plan.version != 1:
             return
-        storage = ctx.built.quant_storage
-        for message, units, _ in ctx.grouped_problems(self.code):
-            ctx.report(self, f"FSDP1 would raise ValueError: {message}.{ctx.more_units(units)} "
-                             f"The 4-bit weights are stored as "
-                             f"{dtype_name(storage)}; set bnb_4bit_quant_storage={dtype_name(ctx.built.dtype)} "
-                             f"(the model dtype) so every flat parameter has one floating dtype.",
-                       unit=units[0], field="quantization")
+        for problem, units in ctx.grouped_plan_problems(self.code):
+            ctx.report(self, f"{ctx.raised(problem)} ValueError: {problem.message}.{ctx.more_units(units)} "
+                             f"{problem.cause}".rstrip(), unit=units[0], field="quantization")
 
 
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",

@@ -32,6 +32,10 @@ class ExpertsAsBareParameters(Rule):
     (`"all-linear"` on GPT-OSS), so the routed experts never train. FSDP units are modules too: all experts
     of a layer land in one unit.
 
+    LoRA on attention only (`q_proj`, `v_proj`, ...) is a legitimate choice on an MoE model and is not
+    reported; attention names the model lacks (`q_proj` on DeepSeek-V3's MLA, which has `q_a_proj`/
+    `q_b_proj`) are FSDP113's finding.
+
     ## Example
     ```python
     LoraConfig(target_modules=["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"])  # GPT-OSS
@@ -42,7 +46,7 @@ class ExpertsAsBareParameters(Rule):
     LoraConfig(target_modules=["q_proj", "v_proj"],
                target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"], lora_dropout=0.0)
     ```
-    (peft >= 0.17; `target_parameters` under FSDP is still broken, see FSDP303.)
+    (peft >= 0.17; under FSDP2 shard per decoder layer, and not under FSDP1: see FSDP303.)
 
     ## Fix safety
     No automatic fix.
@@ -229,13 +233,19 @@ class ExpertsAsBareParameters(Rule):
                     f"{ctx.line(lc.node)}) only wraps modules, so these experts get no adapter and do not train "
                     f"(peft raises 'not found' or silently adapts the rest), and FSDP1 cannot wrap single experts. "
                     f"Hold experts as nn.Linear modules, or add target_parameters=[\"{attr}\"] with lora_dropout=0 "
-                    f"(peft >= 0.17; not yet under FSDP, see FSDP303).",
+                    f"(peft >= 0.17; under FSDP2 per decoder layer, not under FSDP1: see "
+                    f"FSDP303).",
                 )
                 break
 
     AUDIT_VALID = [
         spec("mixtral", lora={"r": 8, "target_modules": ["w1", "w2", "w3"]}),
+        # Attention-only LoRA on MoE models, under FSDP1 and FSDP2; DeepSeek-V3's MLA has no q_proj/v_proj:
+        # that is FSDP113's finding, not this one.
         spec("mixtral"),
+        spec("mixtral", fsdp={"version": 1, "use_orig_params": True}),
+        spec("deepseek_v3"),
+        spec("deepseek_v3", lora={"r": 8, "target_modules": ["q_b_proj", "kv_b_proj", "o_proj"]}),
     ]
     AUDIT_INVALID = [
         spec(model={"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 64,
@@ -252,9 +262,10 @@ class ExpertsAsBareParameters(Rule):
         if built.lora_config is None:
             return
         targets = set(built.user_targets or [])
-        unmatched = {c.target for c in built.coverage if c.modules == 0}
-        if not (targets & _MLP_NAMES or unmatched):
-            return  # attention-only LoRA on an MoE model is a legitimate choice
+        if not targets & _MLP_NAMES:
+            # Attention-only LoRA on an MoE model is a legitimate choice; attention targets the model
+            # lacks (q_proj on DeepSeek-V3's MLA) are FSDP113's.
+            return
         missed = [p for p in ctx.params if p.expert and not p.lora_reached and not p.requires_grad]
         if not missed:
             return
@@ -267,7 +278,8 @@ class ExpertsAsBareParameters(Rule):
                          f"bare {'nn.ParameterList entries' if lists else 'fused nn.Parameters'} that LoRA "
                          f"target_modules {sorted(targets)} cannot reach: the routed experts get no adapter and "
                          f"do not train. peft >= 0.17 can adapt them with target_parameters="
-                         f"{suffixes} and lora_dropout=0 (not yet under FSDP, see FSDP303).{fsdp1}",
+                         f"{suffixes} and lora_dropout=0 (under FSDP2 with fully_shard per decoder layer; not "
+                         f"under FSDP1, see FSDP303).{fsdp1}",
                    param=first.fqn, field="lora.target_modules")
 
 

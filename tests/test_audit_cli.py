@@ -41,6 +41,7 @@ def test_llama3_8b_lora_fsdp2_prints_report_and_exits_0():
     ("bad_gpt_oss_all_linear.json", {"FSDP301"}),
     ("bad_mistral_typo_targets.json", {"FSDP113"}),
     ("custom_moe_spec.json", {"FSDP301"}),
+    ("bad_mixtral_expert_lora_fsdp1_peft_policy.json", {"FSDP303"}),
 ])
 def test_bad_fixtures_report_their_codes_and_exit_1(fixture, codes):
     code, out = run(f"{MODELS}/{fixture}", "--output-format", "json")
@@ -58,7 +59,7 @@ def test_fsdp1_report_says_the_plan_is_computed():
     assert code == 1
     assert "computed, not executed" in out
     # One finding for the 32 identical decoder-layer units, not 32.
-    assert out.count("FSDP004") == 1 and "31 more units" in out
+    assert out.count(": FSDP004 [") == 1 and "31 more units" in out
 
 
 def test_finding_points_at_the_target_modules_line():

@@ -35,13 +35,21 @@ def test_remote_code_in_an_inline_spec_is_refused_and_never_imported(tmp_path):
     marker = tmp_path / "ran"
     (tmp_path / "modeling_evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n")
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"model": REMOTE, "fsdp": {"world_size": 2}}))
+    # A model type transformers ships: its own classes are built, auto_map is ignored (and said so).
+    spec.write_text(json.dumps({"model": REMOTE, "fsdp": {"world_size": 2}, "lora": True}))
+    r = audit(spec, "--output-format", "json")
+    assert r.exit_code == 0, r.output
+    assert any(n.startswith("auto_map ignored") for n in json.loads(r.stdout)["notes"])
+    # A model type only the custom code defines: refused unless asked for.
+    custom = dict(REMOTE, model_type="evil_llama")
+    spec.write_text(json.dumps({"model": custom, "fsdp": {"world_size": 2}}))
     err = one_line_error(audit(spec))
     assert "auto_map" in err and "--trust-remote-code" in err and str(spec) in err
-    # trust_remote_code given in the spec counts as asking; so does the flag.
-    spec.write_text(json.dumps({"model": {"config": REMOTE, "trust_remote_code": True}, "fsdp": {"world_size": 2}}))
-    audit(spec)
-    assert not marker.exists()  # offline: custom code from a hub repo is never fetched nor run
+    # trust_remote_code given in the spec counts as asking; an inline config has no code next to it.
+    spec.write_text(json.dumps({"model": {"config": custom, "trust_remote_code": True}, "fsdp": {"world_size": 2}}))
+    err = one_line_error(audit(spec))
+    assert "no .py files are next to config.json" in err
+    assert not marker.exists()  # custom code from a hub repo is never fetched nor run
 
 
 @pytest.fixture

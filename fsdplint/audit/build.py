@@ -51,6 +51,8 @@ class Built:
     problems: list[BuildProblem] = field(default_factory=list)
     # peft's own count, for the summary and to cross-check ours.
     peft_trainable: Optional[int] = None
+    # adapter param name -> (dtype before peft's fp32 autocast, where that dtype came from).
+    adapter_dtypes: dict = field(default_factory=dict)
 
 
 def build_model(spec: AuditSpec) -> Built:
@@ -62,6 +64,8 @@ def build_model(spec: AuditSpec) -> Built:
         dtype = next((p.dtype for p in base.parameters() if p.is_floating_point()), torch.float32)
         built = Built(model=base, base=base, dtype=dtype, architecture=arch,
                       no_split_modules=list(getattr(base, "_no_split_modules", None) or []))
+        if spec.prequantized is not None:
+            _note_prequantized(spec, built)
         if spec.quantization:
             _quantize(spec, built)
         if spec.lora is not None:
@@ -75,47 +79,178 @@ def torch_dtype(name: Optional[str]):
     return getattr(torch, name) if name else None
 
 
+# Errors transformers/torch raise for a config they cannot build (strict config dataclasses,
+# layer constructors' asserts and arithmetic on impossible sizes).
+_BUILD_ERRORS = (ValueError, KeyError, TypeError, AttributeError, RuntimeError, AssertionError,
+                 ZeroDivisionError, IndexError, OverflowError)
+# Fields whose transformers default would silently stand in for a value the config forgot.
+_REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
 def _construct(spec: AuditSpec):
     import torch
 
     if spec.factory:
         return _from_factory(spec), spec.factory
     import transformers
-    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
     cfg = dict(spec.config)
-    if "auto_map" in cfg and not spec.trust_remote_code:
-        raise AuditInputError(
-            f"{spec.model_source}: this config needs custom model code ('auto_map'); "
-            f"pass --trust-remote-code to allow running it"
-        )
     archs = cfg.get("architectures") or []
     model_type = cfg.pop("model_type", None) or _model_type_for(archs, spec)
-    dtype = torch_dtype(spec.dtype) or _config_dtype(cfg) or torch.float32
+    dtype = torch_dtype(spec.dtype) or _config_dtype(cfg)
+    if dtype is None and spec.prequantized is not None and spec.prequantized["quant_method"] == "mxfp4" \
+            and not spec.quantization:
+        dtype = torch.bfloat16  # Mxfp4Dequantize produces bf16 (transformers quantizers/quantizer_mxfp4.py)
+    elif dtype is None:
+        dtype = torch.float32
+        spec.input_notes.append("config.json has no torch_dtype: audited in float32, transformers' default dtype; "
+                                "pass --dtype bfloat16 for a bf16 checkpoint.")
     for k in ("torch_dtype", "dtype", "quantization_config", "transformers_version", "_name_or_path"):
         cfg.pop(k, None)
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
+    if isinstance(model_type, str) and model_type not in CONFIG_MAPPING_NAMES and "auto_map" in cfg:
+        return _from_remote_code(spec, dtype)
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
         close = __import__("difflib").get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise AuditInputError(f"{spec.model_source}: model_type: {model_type!r} is not a model type transformers "
                               f"{transformers.__version__} knows{hint}")
+    if "auto_map" in cfg:
+        # transformers ships this model type: from_pretrained uses its own classes unless the user
+        # passes trust_remote_code=True, and the remote code is not read here (no code is downloaded).
+        cfg.pop("auto_map")
+        spec.input_notes.append(f"auto_map ignored: transformers {transformers.__version__} ships model type "
+                                f"{model_type!r}, whose built-in classes are audited"
+                                + (" (--trust-remote-code has no effect)." if spec.trust_remote_code else "."))
+    config_cls = CONFIG_MAPPING[model_type]
+    _check_required(cfg, config_cls, spec.model_source)
+    cls = _architecture_class(archs, config_cls, model_type, spec)
     try:
-        config = AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError, TypeError) as e:
-        raise AuditInputError(f"{spec.model_source}: cannot build the config: {_one_line(e)}") from None
-    cls = getattr(transformers, archs[0], None) if archs else None
+        config = config_cls(**cfg)
+    except _BUILD_ERRORS + _strict_errors() as e:
+        raise AuditInputError(f"{spec.model_source}: {_config_error(e, cfg)}") from None
     with torch.device("meta"):
         try:
-            if cls is not None and hasattr(cls, "_from_config"):
+            if cls is not None:
                 model = cls._from_config(config, dtype=dtype)
             else:
-                model = transformers.AutoModelForCausalLM.from_config(
-                    config, dtype=dtype, trust_remote_code=spec.trust_remote_code)
-        except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
+                model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except _BUILD_ERRORS + _strict_errors() as e:
             raise AuditInputError(f"{spec.model_source}: cannot build {archs[0] if archs else model_type}: "
-                                  f"{_one_line(e)}") from None
+                                  f"{_config_error(e, cfg)}") from None
+    return model, (archs[0] if archs else type(model).__name__)
+
+
+def _strict_errors() -> tuple:
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # older huggingface_hub: configs are not strict dataclasses
+        return ()
+    return (StrictDataclassError,)
+
+
+def _config_error(e: BaseException, cfg: Optional[dict] = None) -> str:
+    """One line for a config error, starting with the field it is about when that can be told:
+    huggingface_hub's strict-dataclass errors carry it (or their cause names it in prose)."""
+    cause = e.__cause__ if _strict_errors() and isinstance(e, _strict_errors()) else None
+    if isinstance(e, KeyError) and e.args and cfg:  # a lookup table without this value: name the field
+        where = _field_with_value(cfg, e.args[0])
+        if where:
+            return f"{where}: {e.args[0]!r} is not a value transformers knows for it"
+    text = _one_line(cause if cause is not None else e) or type(e).__name__
+    field = getattr(e, "field", None)
+    if not field and cfg:
+        low = text.lower()
+        field = next((k for k in cfg if isinstance(k, str) and "_" in k
+                      and (k in low or k.replace("_", " ") in low)), None)
+    return f"{field}: {text}" if field and not text.startswith(f"{field}:") and f"'{field}'" not in text else text
+
+
+def _field_with_value(cfg: dict, value, prefix: str = "") -> Optional[str]:
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            found = _field_with_value(v, value, f"{prefix}{k}.")
+            if found:
+                return found
+        elif isinstance(v, str) and v == value:
+            return f"{prefix}{k}"
+    return None
+
+
+def _check_required(cfg: dict, config_cls, source: str) -> None:
+    """A config.json without hidden_size would silently get the config class's default (4096 for Llama)."""
+    import inspect
+
+    try:
+        params = inspect.signature(config_cls.__init__).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return
+    aliases = getattr(config_cls, "attribute_map", {}) or {}
+    for key in _REQUIRED_FIELDS:
+        if key not in params or key in cfg or any(a in cfg for a, t in aliases.items() if t == key):
+            continue
+        default = params[key].default
+        if default is inspect.Parameter.empty:
+            continue
+        raise AuditInputError(f"{source}: {key}: missing (transformers would build {config_cls.__name__}'s default "
+                              f"{default!r}, which is not this model)")
+
+
+def _architecture_class(archs: list, config_cls, model_type: str, spec: AuditSpec):
+    """The class `architectures[0]` names; refused when transformers has none or it is another model's."""
+    import transformers
+
+    if not archs:
+        return None
+    cls = getattr(transformers, archs[0], None)
+    if cls is None or not hasattr(cls, "_from_config"):
+        from transformers.models.auto import modeling_auto
+
+        known = sorted({c for name in dir(modeling_auto) if not name.startswith("CONFIG") if name.endswith("_MAPPING_NAMES")
+                        for c in _flat(getattr(modeling_auto, name).get(model_type)
+                                       if isinstance(getattr(modeling_auto, name), dict) else None)})
+        raise AuditInputError(f"{spec.model_source}: architectures: {archs[0]!r} is not a class transformers "
+                              f"{transformers.__version__} has" + (f" (model type {model_type!r} has "
+                              f"{', '.join(known[:6])})" if known else ""))
+    own = getattr(cls, "config_class", None)
+    if own is not None and own is not config_cls and not issubclass(config_cls, own):
+        raise AuditInputError(f"{spec.model_source}: architectures: {archs[0]} is built from {own.__name__}, but "
+                              f"model_type {model_type!r} makes a {config_cls.__name__}")
+    return cls
+
+
+def _flat(v) -> list:
+    if v is None:
+        return []
+    return list(v) if isinstance(v, (tuple, list)) else [v]
+
+
+def _from_remote_code(spec: AuditSpec, dtype):
+    """A model type transformers does not ship, whose config names its code in auto_map: run that
+    code from the model's local directory (only with --trust-remote-code; nothing is downloaded)."""
+    import torch
+    import transformers
+
+    mt = spec.config.get("model_type")
+    if not spec.trust_remote_code:
+        raise AuditInputError(f"{spec.model_source}: model_type {mt!r} is not built into transformers "
+                              f"{transformers.__version__}; its config names custom code (auto_map): pass "
+                              f"--trust-remote-code to run it")
+    d = spec.model_dir
+    code = sorted(p.name for p in d.glob("*.py")) if d is not None and d.is_dir() else []
+    if not code:
+        raise AuditInputError(f"{spec.model_source}: auto_map names custom code, but no .py files are next to "
+                              f"config.json; fsdplint reads only config files from the hub, so put the model's "
+                              f"code files in that directory")
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(d), trust_remote_code=True)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=True)
+    except _BUILD_ERRORS + _strict_errors() + (ImportError, OSError) as e:
+        raise AuditInputError(f"{spec.model_source}: the custom code ({', '.join(code)}) failed: "
+                              f"{_config_error(e)}") from None
+    spec.input_notes.append(f"model built with the custom code next to config.json ({', '.join(code)}).")
+    archs = spec.config.get("architectures") or []
     return model, (archs[0] if archs else type(model).__name__)
 
 
@@ -168,6 +303,34 @@ def _from_factory(spec: AuditSpec):
     return model
 
 
+def _note_prequantized(spec: AuditSpec, built: Built) -> None:
+    """A pre-quantized checkpoint (mxfp4, fp8, gptq, awq, ...) is audited as its dequantized weights.
+
+    LoRA fine-tuning under FSDP loads these checkpoints dequantized (e.g. gpt-oss with
+    `Mxfp4Config(dequantize=True)`); their packed formats are not sharded by FSDP here.
+    """
+    import inspect
+
+    from transformers.quantizers.auto import AUTO_QUANTIZATION_CONFIG_MAPPING
+
+    from fsdplint.audit.params import dtype_name
+
+    method = spec.prequantized["quant_method"]
+    cls = AUTO_QUANTIZATION_CONFIG_MAPPING.get(method)
+    if cls is None:
+        raise AuditInputError(f"{spec.model_source}: quantization_config.quant_method: {method!r} is not a "
+                              f"quantization method transformers knows (known: bitsandbytes, "
+                              f"{', '.join(sorted(k for k in AUTO_QUANTIZATION_CONFIG_MAPPING if 'bitsandbytes' not in k)[:12])}, ...)")
+    if spec.quantization:
+        spec.input_notes.append(f"quantization_config ({method}) replaced by the bitsandbytes quantization asked for.")
+        return
+    how = (f"as transformers loads it with {cls.__name__}(dequantize=True)"
+           if "dequantize" in inspect.signature(cls.__init__).parameters else "as unquantized weights")
+    spec.input_notes.append(f"{method} pre-quantized checkpoint: audited dequantized to {dtype_name(built.dtype)}, "
+                            f"{how}; memory figures are for {dtype_name(built.dtype)} weights "
+                            f"(--quant 4bit audits a bitsandbytes QLoRA load instead).")
+
+
 def _quantize(spec: AuditSpec, built: Built) -> None:
     """Swap linears for bitsandbytes modules the way `from_pretrained` does, on meta."""
     import torch
@@ -191,8 +354,13 @@ def _quantize(spec: AuditSpec, built: Built) -> None:
         else:
             built.base.is_loaded_in_8bit = True
     else:
+        from transformers.modeling_utils import local_torch_dtype
+
         quantizer = AutoHfQuantizer.from_config(bnb_config)
-        quantizer.preprocess_model(built.base, device_map={"": "cpu"}, dtype=built.dtype)
+        # from_pretrained swaps the modules inside its init context: the new modules' biases get the
+        # model dtype, not float32 (transformers 5.24 modeling_utils.from_pretrained).
+        with local_torch_dtype(built.dtype if built.dtype.is_floating_point else torch.float32):
+            quantizer.preprocess_model(built.base, device_map={"": "cpu"}, dtype=built.dtype)
         quantizer.postprocess_model(built.base)
     built.quant_config = bnb_config
     built.quantized = "4bit" if bnb_config.load_in_4bit else "8bit"
@@ -208,6 +376,11 @@ def _lora_kwargs(spec: AuditSpec) -> dict:
     for k in ("peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping",
               "peft_version"):
         raw.pop(k, None)
+    if "autocast_adapter_dtype" in raw:  # get_peft_model's argument, written next to the LoRA fields
+        v = raw.pop("autocast_adapter_dtype")
+        if not isinstance(v, bool):
+            raise AuditInputError(f"{spec.filename}: lora.autocast_adapter_dtype: expected true or false, got {v!r}")
+        spec.autocast_adapter_dtype = v
     unknown = sorted(set(raw) - fields)
     if unknown:
         raise AuditInputError(f"{spec.filename}: lora: unknown LoraConfig field {unknown[0]!r}")
@@ -265,7 +438,8 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
     try:
         # On meta, so adapter init (kaiming/zeros) costs nothing even for 405B-class models.
         with torch.device("meta"):
-            model = peft.get_peft_model(built.base, config, autocast_adapter_dtype=spec.autocast_adapter_dtype)
+            # peft's own fp32 upcast runs below, after the dtype cast peft skips on meta.
+            model = peft.get_peft_model(built.base, config, autocast_adapter_dtype=False)
     except (ValueError, TypeError) as e:
         # peft's own refusals (nothing matched, fused experts...) are findings, not crashes.
         try:
@@ -278,6 +452,11 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
             p.requires_grad_(False)
         built.coverage = [TargetCoverage(t, 0) for t in (built.user_targets or [])]
         return
+    built.adapter_dtypes = _adapters_to_base_dtype(model)
+    from peft.tuners.tuners_utils import cast_adapter_dtype
+
+    for name in model.peft_config:
+        cast_adapter_dtype(model, adapter_name=name, autocast_adapter_dtype=spec.autocast_adapter_dtype)
     if spec.cast_after_lora:
         _cast_floats(model, torch_dtype(spec.cast_after_lora))
     built.model = model
@@ -286,6 +465,46 @@ def _apply_lora(spec: AuditSpec, built: Built) -> None:
     final = model.peft_config["default"]
     # No targets given: peft picked its defaults for the architecture; report those.
     built.coverage = _coverage(model, built.user_targets or _as_targets(final.target_modules), final)
+
+
+def _adapters_to_base_dtype(model) -> dict:
+    """Give each adapter its base layer's dtype, as peft's `_move_adapter_to_device_of_base_layer` does
+    (peft/tuners/tuners_utils.py, peft 0.21.2) everywhere but on meta, where it skips the cast.
+
+    The base dtype is the weight's, or a bnb 4-bit layer's `compute_dtype`. Returns {param name: (dtype,
+    why)} for the adapter parameters, before peft's fp32 autocast.
+    """
+    import torch.nn as nn
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    try:
+        from peft.tuners.lora.layer import ParamWrapper
+    except ImportError:  # peft < 0.17
+        ParamWrapper = ()
+    out = {}
+    for mname, mod in model.named_modules():
+        if not isinstance(mod, BaseTunerLayer):
+            continue
+        base = mod.get_base_layer()
+        if isinstance(base, nn.MultiheadAttention):
+            base = base.out_proj
+        if ParamWrapper and isinstance(mod, ParamWrapper):
+            dt, why = mod.get_param().dtype, "the adapted parameter's dtype"
+        else:
+            _, dt = mod._get_base_layer_device_and_dtype(base)
+            why = ("the 4-bit layer's compute dtype (bnb_4bit_compute_dtype)" if hasattr(base, "compute_dtype")
+                   else "the base layer's dtype")
+        if dt is None or not (dt.is_floating_point or dt.is_complex):
+            continue
+        for attr in mod.adapter_layer_names:
+            layer = getattr(mod, attr, None)
+            if not isinstance(layer, (nn.ModuleDict, nn.ParameterDict)):
+                continue
+            for pname, p in layer.named_parameters():
+                if p.is_floating_point() and p.dtype != dt:
+                    p.data = p.data.to(dt)
+                out[f"{mname}.{attr}.{pname}"] = (dt, why)
+    return out
 
 
 def _cast_floats(model, dtype) -> None:

@@ -20,6 +20,9 @@ from fsdplint.errors import FsdplintError
 @click.option("--no-lora", is_flag=True, help="Ignore the spec's LoRA section.")
 @click.option("--target-modules", metavar="NAMES", help="Comma-separated LoRA target modules (or all-linear).")
 @click.option("--r", "r", type=click.IntRange(min=1), help="LoRA rank.")
+@click.option("--no-autocast-adapter-dtype", "no_autocast", is_flag=True,
+              help="As get_peft_model(..., autocast_adapter_dtype=False): keep bf16/fp16 adapters in the model "
+                   "dtype instead of peft's float32 upcast.")
 @click.option("--quant", type=click.Choice(["none", "4bit", "8bit"]), help="bitsandbytes quantization.")
 @click.option("--quant-storage", metavar="DTYPE", help="bnb_4bit_quant_storage (e.g. bfloat16, uint8).")
 @click.option("--dtype", metavar="DTYPE", help="Model dtype (default: the config's torch_dtype).")
@@ -76,8 +79,10 @@ def model_command(config, select, ignore, output_format, config_json=None, **fla
 
         result = run_audit(spec, select=codes)
     except FsdplintError as e:
-        click.echo(f"fsdplint: error: {e}", err=True)
-        sys.exit(2)
+        _fail(str(e), "input", config, output_format)
+    except Exception as e:  # a library failure must not look like findings (exit 1) to a CI
+        detail = " ".join(f"{type(e).__name__}: {e}".split())[:400]
+        _fail(f"internal error while auditing {config}: {detail}", "internal", config, output_format)
     from fsdplint.audit import report
 
     out = sys.stdout
@@ -125,6 +130,16 @@ def _tool_spec(config, config_json, flags):
     spec = spec_for_job(job, config_json)
     apply_overrides(spec, flags)
     return spec
+def _fail(message: str, kind: str, config: str, output_format: str) -> None:
+    """One line on stderr, exit 2; with --output-format json also a JSON object on stdout."""
+    if output_format == "json":
+        import json
+
+        json.dump({"config": str(config), "error": {"kind": kind, "message": message}, "findings": []},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    click.echo(f"fsdplint: error: {message}", err=True)
+    sys.exit(2)
 
 
 def main():  # pragma: no cover - `python -m fsdplint.audit.cli`

@@ -45,6 +45,24 @@ class AuditContext:
             groups.setdefault(key, []).append((message, unit, fieldpath))
         return [(items[0][0], [u for _, u, _ in items], items[0][2]) for items in groups.values()]
 
+    def grouped_plan_problems(self, code: str):
+        """The plan's problems of `code` grouped as `grouped_problems` does: (first PlanProblem, [units])."""
+        groups: dict = {}
+        for p in self.plan.problems:
+            if p.code != code:
+                continue
+            key = (p.message.replace(p.unit, "{unit}") if p.unit else p.message, p.cause, p.after)
+            groups.setdefault(key, []).append(p)
+        return [(items[0], [q.unit for q in items]) for items in groups.values()]
+
+    @staticmethod
+    def raised(problem, who: str = "FSDP1") -> str:
+        """'FSDP1 would raise' or, past earlier failures, 'With FSDP004 fixed, FSDP1 would next raise'."""
+        if problem.after:
+            names = [c if c != problem.code else f"the {c} above" for c in dict.fromkeys(problem.after)]
+            return f"With {' and '.join(names)} fixed, {who} would next raise"
+        return f"{who} would raise"
+
     @staticmethod
     def more_units(units) -> str:
         """' The same holds for N more units (a, b, ...).' for units after the first."""

@@ -26,6 +26,8 @@ class ParamInfo:
     expert: bool = False  # a bare/3-D MoE expert parameter (not a Linear/Embedding weight)
     lora_reached: bool = False  # wrapped by a peft ParamWrapper (target_parameters)
     ignored: bool = False
+    # LoRA adapter params: (dtype before peft's fp32 autocast, where it came from); None otherwise.
+    adapter_dtype: Any = None
     obj: Any = field(default=None, repr=False)
     # 4-bit only: bytes of the bnb QuantState (absmax, code; nested: offset and the second state)
     # a loaded weight carries next to its packed data.
@@ -71,7 +73,7 @@ def collect_params(model, built) -> list[ParamInfo]:
                     fqn=fqn, aliases=[], owners=[], shape=tuple(p.shape), numel=p.numel(), dtype=p.dtype,
                     requires_grad=p.requires_grad, kind=kind, storage_dtype=storage_dtype,
                     storage_numel=storage_numel, expert=_is_expert(mname, mod, p), obj=p,
-                    lora_reached=id(p) in reached,
+                    lora_reached=id(p) in reached, adapter_dtype=getattr(built, "adapter_dtypes", {}).get(fqn),
                 )
                 if kind == "4bit":
                     info.quant_state_bytes = quant_state_bytes(p)

@@ -52,6 +52,10 @@ class PlanProblem:
     code: str
     message: str
     unit: Optional[str] = None
+    # Why torch raises it and what to change, when the plan knows more than torch's message.
+    cause: str = ""
+    # Codes of the earlier failures this one was found past (the plan copy assumed them fixed).
+    after: tuple = ()
 
 
 @dataclass

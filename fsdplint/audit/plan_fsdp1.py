@@ -84,7 +84,7 @@ def plan_fsdp1(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
     chosen, unmatched = _units_from_policy(model, wrap_classes, spec, ignored_objs)
     chosen.add(model)  # the root is always a unit
 
-    units, problems, claimed = [], [], set()
+    units, claimed = [], set()
     managed_by: dict[int, list[str]] = {}
     visited: set = set()
     for mname, mod in _get_post_order_named_modules(model):
@@ -102,11 +102,13 @@ def plan_fsdp1(model, params: list[ParamInfo], wrap_classes: list[str], spec: Au
                 continue
             claimed.add(id(p))
             unit.params.append(info_of[id(p)])
-        problem = _check_unit(unit, use_orig, FlatParamHandle, torch)
-        if problem:
-            problems.append(problem)
         _account(unit, ws, use_orig, spec)
         units.append(unit)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    spec_fp32 = [k for attr in ("_keep_in_fp32_modules_strict", "_keep_in_fp32_modules")
+                 for k in (getattr(base, attr, None) or [])]
+    problems = _check_units(units, use_orig, spec, model_dtype(params), FlatParamHandle, torch,
+                            keep_fp32=(type(base).__name__, spec_fp32))
     order = {n: i for i, (n, _) in enumerate(model.named_modules())}
     units.sort(key=lambda u: order.get(u.name, -1))
     split = [(info_of[i], holders) for i, holders in managed_by.items() if len(holders) > 1]
@@ -224,35 +226,138 @@ def _compare(wrapped, units: list[Unit], by_name: dict, rank: int):
     return None
 
 
-def _check_unit(unit: Unit, use_orig: bool, FlatParamHandle, torch):
-    """FSDP1's checks for one unit, with torch's wording."""
+def model_dtype(params: list[ParamInfo]):
+    """The dtype most of the model's floating parameters have (what a fix casts to)."""
+    counts: dict = {}
+    for p in params:
+        if p.dtype.is_floating_point and not p.kind:
+            counts[p.dtype] = counts.get(p.dtype, 0) + p.numel
+    return max(counts, key=counts.get) if counts else None
+
+
+def _check_units(units: list[Unit], use_orig: bool, spec: AuditSpec, dtype, FlatParamHandle, torch,
+                 keep_fp32=("", [])) -> list:
+    """Every error FSDP1's constructor raises on this plan, in the order it raises them.
+
+    torch checks requires_grad over all units first (`_validate_frozen_params` in `_auto_wrap`,
+    torch/distributed/fsdp/_wrap_utils.py), then flattens unit by unit in post-order
+    (`FlatParamHandle._validate_tensors_to_flatten`, torch/distributed/fsdp/_flat_param.py). Past
+    each failure the check goes on with a copy of the unit that assumes that failure fixed, so the
+    user learns every fix in one run.
+    """
+    problems = []
+    frozen_mix = set()
+    for unit in units:  # post-order, as torch walks them
+        frozen = [p for p in unit.params if not p.requires_grad]
+        trainable = [p for p in unit.params if p.requires_grad]
+        if frozen and trainable and not use_orig:
+            frozen_mix.add(unit.label)
+            problems.append(PlanProblem(
+                "FSDP004",
+                f"{unit.label} has both parameters with requires_grad=True and False. FSDP does not "
+                f"support wrapping such modules when use_orig_params=False. If possible, wrap the frozen "
+                f"parameters with FSDP separately.",
+                unit.label,
+            ))
+    for unit in units:
+        after = ("FSDP004",) if unit.label in frozen_mix else ()
+        problems.extend(_flatten_checks(unit, use_orig, spec, dtype, after, FlatParamHandle, torch, keep_fp32))
+    return problems
+
+
+def _flatten_checks(unit: Unit, use_orig: bool, spec: AuditSpec, dtype, after: tuple, FlatParamHandle, torch,
+                    keep_fp32=("", [])):
     if not unit.params:
-        return None
-    frozen = [p.fqn for p in unit.params if not p.requires_grad]
-    trainable = [p.fqn for p in unit.params if p.requires_grad]
-    if frozen and trainable and not use_orig:
-        # `_validate_frozen_params` (torch/distributed/fsdp/_wrap_utils.py) raises this first.
-        return PlanProblem(
-            "FSDP004",
-            f"{unit.label} has both parameters with requires_grad=True and False. FSDP does not "
-            f"support wrapping such modules when use_orig_params=False. If possible, wrap the frozen "
-            f"parameters with FSDP separately.",
-            unit.label,
-        )
-    # Stand-ins with the dtype the loaded weights will have (4-bit: the quant storage dtype).
-    stand_ins = []
-    for p in unit.params:
-        t = torch.empty(0, dtype=p.storage_dtype, device="meta")
-        if p.requires_grad and t.is_floating_point():
-            t.requires_grad_(True)
-        stand_ins.append(t)
+        return []
+    # Stand-ins with the dtype the loaded weights will have (4-bit: the quant storage dtype). Past
+    # FSDP004 requires_grad is taken as uniform (the unit's frozen weights wrapped apart).
+    uniform_grad = bool(after) and not use_orig
+    dtypes = [p.storage_dtype for p in unit.params]
     handle = types.SimpleNamespace(_use_orig_params=use_orig)
-    try:
-        FlatParamHandle._validate_tensors_to_flatten(handle, stand_ins)
-    except ValueError as e:
-        quant = any(p.kind for p in unit.params)
-        return PlanProblem("FSDP202" if quant else "FSDP005", f"{unit.label}: {_one_line(e)}", unit.label)
-    return None
+    out = []
+    for _ in range(4):  # each pass fixes one failure; there are at most three kinds
+        stand_ins = []
+        for p, dt in zip(unit.params, dtypes):
+            t = torch.empty(0, dtype=dt, device="meta")
+            if t.is_floating_point() and (p.requires_grad or (uniform_grad and any(q.requires_grad for q in unit.params))):
+                t.requires_grad_(True)
+            stand_ins.append(t)
+        try:
+            FlatParamHandle._validate_tensors_to_flatten(handle, stand_ins)
+            return out
+        except ValueError as e:
+            text = _one_line(e)
+        problem, fixed = _classify(unit, dtypes, text, spec, dtype, torch, keep_fp32)
+        problem.after = after + tuple(p.code for p in out if p.code not in after)
+        out.append(problem)
+        if fixed is None:
+            return out
+        dtypes = fixed
+    return out
+
+
+def _classify(unit: Unit, dtypes: list, text: str, spec: AuditSpec, dtype, torch, keep_fp32=("", [])):
+    """(problem, the unit's dtypes with it fixed or None) for one `_validate_tensors_to_flatten` error."""
+    from fsdplint.audit.params import dtype_name
+
+    msg = f"{unit.label}: {text}"
+    if "requires_grad" in text:
+        return PlanProblem("FSDP004", msg, unit.label), None
+    four = [i for i, p in enumerate(unit.params) if p.kind == "4bit"]
+    eight = [i for i, p in enumerate(unit.params) if p.kind == "8bit"]
+    target = dtype or next((d for d in dtypes if d.is_floating_point), torch.float32)
+    # The first dtype mismatch or integer tensor, as torch walks the list.
+    first = dtypes[0]
+    bad = 0 if not first.is_floating_point else next((i for i, d in enumerate(dtypes) if d != first), None)
+    if eight and bad in eight + [0]:
+        return PlanProblem("FSDP202", msg, unit.label,
+                           cause="bitsandbytes 8-bit weights are int8: FSDP1 cannot flatten them at all."), None
+    storage_side = bad is not None and (bad in four or (bad > 0 and 0 in four))
+    if four and storage_side and any(dtypes[i] != target for i in four):
+        fixed = [target if i in four else d for i, d in enumerate(dtypes)]
+        return PlanProblem(
+            "FSDP202", msg, unit.label,
+            cause=f"The 4-bit weights are stored as {dtype_name(dtypes[four[0]])}; set bnb_4bit_quant_storage="
+                  f"{dtype_name(target)} (the model dtype) so every flat parameter has one floating dtype."), fixed
+    lora = [i for i, p in enumerate(unit.params) if p.adapter_dtype is not None or _is_adapter(p)]
+    upcast = [i for i in lora if dtypes[i] == torch.float32 and target in (torch.bfloat16, torch.float16)]
+    if upcast and (bad in upcast or 0 in upcast):
+        fixed = [target if i in upcast else d for i, d in enumerate(dtypes)]
+        before, why = unit.params[upcast[0]].adapter_dtype or (None, "")
+        t = dtype_name(target)
+        own_units = "or wrap the LoRA layers in units of their own (peft's fsdp_auto_wrap_policy)."
+        if before in (torch.bfloat16, torch.float16) and spec.autocast_adapter_dtype:
+            cause = (f"The float32 parameters are the LoRA adapters: peft's get_peft_model(autocast_adapter_dtype="
+                     f"True, the default) upcasts {dtype_name(before)} adapter weights to float32 next to the {t} "
+                     f"base. Pass get_peft_model(..., autocast_adapter_dtype=False), cast the PEFT model to {t} "
+                     f"before wrapping, {own_units}")
+        elif before == torch.float32 and "compute dtype" in why:
+            cause = (f"The float32 parameters are the LoRA adapters: peft creates them in {why}, float32 by default. "
+                     f"Set bnb_4bit_compute_dtype={t}"
+                     + (" and pass get_peft_model(..., autocast_adapter_dtype=False)" if spec.autocast_adapter_dtype
+                        else "") + f", {own_units}")
+        else:
+            cause = f"The float32 parameters are the LoRA adapters: cast the PEFT model to {t} before wrapping, {own_units}"
+        return PlanProblem("FSDP005", msg, unit.label, cause=cause), fixed
+    fixed = [target if d.is_floating_point or i in four else d for i, d in enumerate(dtypes)]
+    cls, keys = keep_fp32
+    kept = [unit.params[i].fqn[len(unit.name) + 1 if unit.name else 0:] for i, d in enumerate(dtypes) if d == torch.float32 and d != target
+            and any(k in unit.params[i].fqn for k in keys)]
+    if kept:
+        return PlanProblem(
+            "FSDP005", msg, unit.label,
+            cause=f"The float32 parameters (the unit's {kept[0]}{', ...' if len(kept) > 1 else ''}) are ones transformers "
+                  f"keeps in float32 ({cls}._keep_in_fp32_modules: {', '.join(keys)}); casting them down changes "
+                  f"the model. Give those modules FSDP units of their own (add their class to the wrap list), "
+                  f"or shard with FSDP2 (fully_shard, torch >= 2.8 accepts frozen parameters of another dtype)."), fixed
+    if fixed == dtypes:
+        return PlanProblem("FSDP005", msg, unit.label), None
+    return PlanProblem("FSDP005", msg, unit.label), fixed
+
+
+def _is_adapter(p: ParamInfo) -> bool:
+    return any(f".{k}." in f".{p.fqn}." for k in ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B",
+                                                    "lora_magnitude_vector"))
 
 
 def _account(unit: Unit, ws: int, use_orig: bool, spec: AuditSpec) -> None:

@@ -61,8 +61,13 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
             except Exception as e:  # one rule's bug must not hide the other rules' findings
                 detail = f"{type(e).__name__}: {e}".splitlines()[0]
                 ctx.report("FSDP901", f"rule {rule.code} ({rule.name}) failed on this model: {detail}")
-    findings = sorted(ctx.findings, key=lambda f: (f.severity.rank, f.code, f.message))
-    notes = [f"checks target torch {tv} ({source})."]
+    # Errors torch raises come in the order it raises them (each found past the earlier ones).
+    raised: dict = {}
+    for p in [*built.problems, *plan.problems]:
+        raised.setdefault(p.code, len(raised))
+    findings = sorted(ctx.findings, key=lambda f: (f.severity.rank, raised.get(f.code, len(raised)), f.code)
+                      + (() if f.code in raised else (f.message,)))
+    notes = list(dict.fromkeys(spec.input_notes)) + [f"checks target torch {tv} ({source})."]
     if act_note:
         notes.append(act_note)
     if plan.version == 1 and plan.executed:

@@ -130,6 +130,12 @@ class AuditSpec:
     # (autocast_adapter_dtype) and a dtype cast of the whole PEFT model before wrapping.
     autocast_adapter_dtype: bool = True
     cast_after_lora: Optional[str] = None
+    # A pre-quantized checkpoint's quantization_config (mxfp4, fp8, gptq, ...): audited dequantized.
+    prequantized: Optional[dict] = None
+    # The directory config.json was read from (a local model directory or a hub cache snapshot).
+    model_dir: Optional[Path] = None
+    # What the input resolution did that the user should know (hub snapshot read, auto_map ignored, ...).
+    input_notes: list = field(default_factory=list)
 
     def position_of(self, fieldpath: Optional[str]) -> tuple[int, int]:
         """(row, col) of a dotted field such as "lora.target_modules"; (1, 1) when unknown."""
@@ -211,16 +217,27 @@ def is_hf_config(data: Mapping) -> bool:
 
 def load_spec(path: str | Path, overrides: Optional[Mapping[str, Any]] = None) -> AuditSpec:
     """Read CONFIG (HF config.json or audit spec), apply CLI overrides, validate."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
+    from fsdplint.audit.hub import resolve
+
+    found = resolve(str(path))
+    path = found.config
     data, text = _read_mapping(path, "config")
     if is_hf_config(data):
         raw = {"model": data}
-        if "quantization_config" in data:
-            raw["quantization"] = data["quantization_config"]
+        qc = data.get("quantization_config")
+        method = qc.get("quant_method", "bitsandbytes") if isinstance(qc, dict) else None
+        quant_flag = (overrides or {}).get("quant")
+        # --quant none drops any quantization_config; --quant 4bit/8bit replaces a non-bitsandbytes one.
+        replaced = qc is not None and quant_flag and (quant_flag == "none" or method != "bitsandbytes")
+        if qc is not None and not replaced:
+            raw["quantization"] = qc
+        if found.adapter is not None:
+            raw["lora"] = str(found.adapter)
         spec = spec_from_dict(raw, filename=str(path), base_dir=path.parent, text=text,
                               model_source=str(path))
+        spec.model_dir = path.parent
+        if replaced:
+            spec.input_notes.append(f"config.json's quantization_config ({method}) ignored: --quant {quant_flag}.")
     elif any(k in data for k in SPEC_SECTIONS):
         spec = spec_from_dict(data, filename=str(path), base_dir=path.parent, text=text)
     else:
@@ -228,8 +245,10 @@ def load_spec(path: str | Path, overrides: Optional[Mapping[str, Any]] = None) -
             f"{path}: neither a Hugging Face config (no 'model_type'/'architectures') "
             f"nor an fsdplint audit spec (no 'model' section)"
         )
+    spec.input_notes[:0] = found.notes
     if overrides:
         apply_overrides(spec, overrides)
+    spec.input_notes = [n for n in spec.input_notes if n]
     return spec
 
 
@@ -248,9 +267,10 @@ def spec_from_dict(data: Mapping, *, filename: str = "<spec>", base_dir: Optiona
     _parse_model(spec, data.get("model"), model_source)
     if "dtype" in data and data["dtype"] is not None:
         spec.dtype = normalize_dtype(data["dtype"], f"{where}: dtype")
-    spec.trust_remote_code = _bool(data.get("trust_remote_code", False), f"{where}: trust_remote_code")
+    if "trust_remote_code" in data:  # else model.trust_remote_code (read above) stands
+        spec.trust_remote_code = _bool(data["trust_remote_code"], f"{where}: trust_remote_code")
     spec.lora = _parse_lora(data.get("lora"), where, base_dir)
-    spec.quantization = _parse_quant(data.get("quantization"), where)
+    _set_quant(spec, _parse_quant(data.get("quantization"), where))
     spec.fsdp = _parse_fsdp(data.get("fsdp") or {}, where)
     if data.get("gpu_memory") is not None:
         spec.gpu_memory = parse_size(data["gpu_memory"], f"{where}: gpu_memory")
@@ -322,10 +342,18 @@ def _parse_model(spec: AuditSpec, model: Any, model_source: str) -> None:
             p = Path(cfg)
             if not p.is_absolute():
                 p = spec.base_dir / p
+            if not p.exists():
+                from fsdplint.audit.hub import looks_like_hub_id, resolve
+
+                if looks_like_hub_id(cfg):
+                    found = resolve(cfg)
+                    p = found.config
+                    spec.input_notes.extend(found.notes)
             if p.is_dir():
                 p = p / "config.json"
             cfg, _ = _read_mapping(p, "model config")
             spec.model_source = str(p)
+            spec.model_dir = p.parent
         elif isinstance(cfg, dict):
             spec.model_source = model_source or f"{spec.filename} (inline config)"
         else:
@@ -333,12 +361,67 @@ def _parse_model(spec: AuditSpec, model: Any, model_source: str) -> None:
         if "model_type" not in cfg and "architectures" not in cfg:
             raise AuditInputError(f"{spec.model_source}: not a Hugging Face config "
                                   f"(no 'model_type' or 'architectures')")
+        check_config_values(cfg, spec.model_source)
         check_model_size(cfg, spec.model_source)
         spec.config = cfg
     if model.get("dtype") is not None:
         spec.dtype = normalize_dtype(model["dtype"], f"{where}.dtype")
     if "trust_remote_code" in model:
         spec.trust_remote_code = _bool(model["trust_remote_code"], f"{where}.trust_remote_code")
+
+
+# Size fields that must be positive integers wherever they appear (top level or a sub-config such as
+# text_config). transformers' strict config dataclasses reject some wrong types with a traceback, and
+# accept 0 or negative layer counts silently (a model with no layers).
+POSITIVE_INT_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "vocab_size", "head_dim", "max_position_embeddings", "moe_intermediate_size", "num_local_experts",
+    "num_experts_per_tok", "n_routed_experts", "n_embd", "n_layer", "n_head", "n_positions", "d_model",
+    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+)
+# Dtypes a checkpoint's weights can be loaded in ("auto" and null let the caller decide).
+CONFIG_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def check_config_values(cfg: Mapping, source: str, _path: str = "") -> None:
+    """Refuse values no real model has, naming the field (the model would not build, or build wrong)."""
+    for key in POSITIVE_INT_FIELDS:
+        if key in cfg and cfg[key] is not None and not _positive_int(cfg[key]):
+            raise AuditInputError(f"{source}: {_path}{key}: expected a positive integer, got {cfg[key]!r}")
+    for key in ("torch_dtype", "dtype"):
+        v = cfg.get(key)
+        if v is None or (isinstance(v, str) and v == "auto"):
+            continue
+        name = v.replace("torch.", "") if isinstance(v, str) else v
+        if name not in CONFIG_DTYPES:
+            raise AuditInputError(f"{source}: {_path}{key}: {v!r} is not a dtype model weights are loaded in "
+                                  f"(expected one of {', '.join(CONFIG_DTYPES)} or \"auto\")")
+    archs = cfg.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) and a for a in archs)):
+        raise AuditInputError(f"{source}: {_path}architectures: expected a list of class names, got {archs!r}")
+    vocab = cfg.get("vocab_size")
+    for key in ("pad_token_id",):
+        v = cfg.get(key)
+        if v is None or not _positive_int(vocab):
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not -vocab <= v < vocab:
+            raise AuditInputError(f"{source}: {_path}{key}: {v!r} is not a token id below vocab_size {vocab}")
+    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    own_head_dims = cfg.get("head_dim") is not None or cfg.get("qk_nope_head_dim") is not None  # MLA: its own
+    if _positive_int(heads) and _positive_int(hidden) and not own_head_dims and hidden % heads:
+        raise AuditInputError(f"{source}: {_path}hidden_size: {hidden} is not a multiple of num_attention_heads "
+                              f"{heads} (and no head_dim is given)")
+    kv = cfg.get("num_key_value_heads")
+    if _positive_int(heads) and _positive_int(kv) and heads % kv:
+        raise AuditInputError(f"{source}: {_path}num_key_value_heads: {heads} attention heads cannot be split "
+                              f"into {kv} key/value groups")
+    for k, v in cfg.items():
+        if isinstance(v, Mapping) and k.endswith("_config") and k != "quantization_config":
+            check_config_values(v, source, f"{_path}{k}.")
 
 
 # Beyond any real model (the largest public ones are ~2e12 parameters and ~1e5 modules): such a
@@ -408,6 +491,15 @@ def _parse_lora(lora: Any, where: str, base_dir: Path) -> Optional[dict]:
         p = Path(lora)
         if not p.is_absolute():
             p = base_dir / p
+        if not p.exists():
+            from fsdplint.audit.hub import ADAPTER, hub_file, looks_like_hub_id
+
+            if looks_like_hub_id(lora):  # a hub adapter repo: its adapter_config.json through the cache
+                repo, _, rev = lora.partition("@")
+                found = hub_file(repo, ADAPTER, rev or None)
+                if found is None:
+                    raise AuditInputError(f"{lora}: no {ADAPTER} for this adapter id in the Hugging Face cache")
+                p = found
         if p.is_dir():
             p = p / "adapter_config.json"
         lora, _ = _read_mapping(p, "adapter config")
@@ -429,9 +521,11 @@ def _parse_quant(q: Any, where: str) -> Optional[dict]:
                               f"or 'none', got {q!r}")
     q = dict(q)
     method = q.pop("quant_method", "bitsandbytes")
-    if str(method).lower() != "bitsandbytes":
-        raise AuditInputError(f"{where}: quantization: quant_method {method!r} is not supported "
-                              f"(only bitsandbytes)")
+    if not isinstance(method, str) or not method.strip():
+        raise AuditInputError(f"{where}: quantization.quant_method: expected a method name such as bitsandbytes, "
+                              f"mxfp4 or fp8, got {method!r}")
+    if method.lower() != "bitsandbytes":
+        return {"quant_method": method.lower(), **q, PREQUANTIZED: True}
     # Keys transformers writes into config.json but BitsAndBytesConfig does not take.
     for k in ("_load_in_4bit", "_load_in_8bit"):
         q.pop(k, None)
@@ -441,6 +535,17 @@ def _parse_quant(q: Any, where: str) -> Optional[dict]:
         q["bnb_4bit_quant_storage"] = normalize_dtype(
             q["bnb_4bit_quant_storage"], f"{where}: quantization.bnb_4bit_quant_storage", storage=True)
     return q
+
+
+# Marks a _parse_quant result that is a pre-quantized checkpoint's config, not a BitsAndBytesConfig.
+PREQUANTIZED = "__prequantized__"
+
+
+def _set_quant(spec: AuditSpec, q: Optional[dict]) -> None:
+    if q is not None and q.pop(PREQUANTIZED, False):
+        spec.prequantized, spec.quantization = q, None
+    else:
+        spec.quantization = q
 
 
 def _parse_fsdp(f: Any, where: str) -> FsdpSpec:
@@ -533,10 +638,16 @@ def apply_overrides(spec: AuditSpec, o: Mapping[str, Any]) -> None:
         tm = o["target_modules"]
         spec.lora["target_modules"] = tm if tm == "all-linear" else [t.strip() for t in tm.split(",") if t.strip()]
         spec.locations.setdefault("lora.target_modules", (1, 1))
+    if o.get("no_autocast"):
+        spec.lora = dict(spec.lora or {}, autocast_adapter_dtype=False)
     if o.get("r") is not None:
         spec.lora = dict(spec.lora or {})
         spec.lora["r"] = o["r"]
     if o.get("quant"):
+        if spec.prequantized is not None:
+            spec.input_notes.append(f"quantization_config ({spec.prequantized['quant_method']}) replaced by "
+                                    f"--quant {o['quant']}.")
+            spec.prequantized = None
         if o["quant"] == "none":
             spec.quantization = None
         else:
