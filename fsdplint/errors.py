@@ -7,3 +7,7 @@ class FsdplintError(Exception):
 
 class UsageError(FsdplintError):
     """Bad input from the user: a flag, a configuration file, a path."""
+
+
+class AuditInputError(UsageError):
+    """Malformed model-audit input; the message names the file and the field."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.audit.spec import AuditInputError
+from fsdplint.errors import AuditInputError
 
 # "org/name" or "name" (hub ids); "org/name@revision" picks a branch, tag or commit.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?")

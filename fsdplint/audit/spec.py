@@ -27,16 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from fsdplint.errors import UsageError
+from fsdplint.errors import AuditInputError, UsageError  # noqa: F401 (AuditInputError: re-exported)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-class AuditInputError(UsageError):
-    """Malformed audit input; the message names the file and the field."""
 
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
