@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from fsdplint.errors import AuditInputError, UsageError  # noqa: F401 (AuditInputError: re-exported)
+from fsdplint.errors import AuditInputError  # noqa: F401 (re-exported: callers import it from here)
 
 if sys.version_info >= (3, 11):
     import tomllib
