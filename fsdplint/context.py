@@ -17,12 +17,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Report:
-    __slots__ = ("rule", "node", "message", "fix", "setting")
+    __slots__ = ("rule", "node", "message", "fix", "setting", "related")
 
-    def __init__(self, rule, node, message, fix, setting=None) -> None:
+    def __init__(self, rule, node, message, fix, setting=None, related=()) -> None:
         self.rule, self.node, self.message, self.fix = rule, node, message, fix
         # A launch-config setting outside the script (a YAML line) the finding points at.
         self.setting = setting
+        # Other nodes the finding depends on (perhaps in another module of the project): related locations.
+        self.related = tuple(related)
 
 
 class LintContext:
@@ -39,6 +41,7 @@ class LintContext:
         options: Mapping[str, Any] = {},
         rule_options: Mapping[str, Mapping[str, Any]] = {},
         use_installed: bool = True,
+        project: Any = None,
     ) -> None:
         self.filename = filename
         self.path = path
@@ -50,8 +53,11 @@ class LintContext:
         self._config_source = config_source
         self._rule_options = rule_options
         self._use_installed = use_installed
+        # The project the file belongs to (fsdplint/analysis/index.py), None for a lone file.
+        self.project = project
         self._versions: dict[str, versions.TargetVersion] = {}
         self.reports: list[Report] = []
+        self._mentioned: list = []  # nodes of other modules whose line a message names (see `line`)
         self.rule: Optional[type["Rule"]] = None
 
     @cached_property
@@ -60,7 +66,9 @@ class LintContext:
 
         from fsdplint import launch as launch_mod
 
-        a = ScriptAnalysis(self.module)
+        a = ScriptAnalysis(self.module, project=self.project, path=self.path if self.project is not None else None)
+        if self.project is not None and a.path is not None:
+            self.project.remember(a.path, self.source, self.module, a.c)
         yaml_facts = self.options.get("launch")
         if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
             yaml_facts = launch_mod.find_accelerate_config(self.path)
@@ -91,16 +99,30 @@ class LintContext:
         return Positions(self.module, self.source, self.analysis.c.top)
 
     def line(self, node: cst.CSTNode) -> int:
-        """1-based line of a node."""
+        """1-based line of a node. For a node of another module of the project: the line of the call in
+        this file that runs it (the next report names the other place as a related location)."""
+        if id(node) not in self.analysis.c.top:
+            from fsdplint.engine import _related
+
+            hit = _related(self.analysis, node)
+            if hit is not None and hit[1] is not None:
+                self._mentioned.append(node)
+                node = hit[1].node
         return self.positions.range(node)[0].row
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
-    def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None) -> None:
+    def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None,
+               related: tuple = ()) -> None:
+        """Report at `node`. A node of another module of the project is reported at the call in this file
+        through which it runs, naming the other place (the engine does that); `related`: nodes (or events)
+        the finding depends on, shown as related locations when they sit in another module."""
         rule = self.rule
         assert rule is not None, "report() outside a rule"
-        self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix))
+        nodes = tuple(getattr(r, "node", r) for r in related) + tuple(self._mentioned)
+        self._mentioned.clear()
+        self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix, related=nodes))
 
     def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None) -> None:
         """Report at a launch-config setting: its script node, or its line in the YAML file."""

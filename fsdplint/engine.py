@@ -45,6 +45,10 @@ class Settings:
     options: dict[str, Any] = field(default_factory=dict)
     use_installed: bool = True
     prefilter: bool = True
+    # The project view (analysis/index.py): imports of the project's own modules are followed.
+    project: bool = True
+    cache_dir: Optional[str] = None  # default: <project root>/.fsdplint_cache
+    use_cache: bool = True
 
 
 @dataclass
@@ -149,7 +153,9 @@ def lint_text(
         return []
     launch = settings.options.get("launch")
     report = SYNTAX_ERROR in codes
-    if settings.prefilter and launch is None and not any(w in text for w in TRIGGER_WORDS):
+    project = _project(settings, path)
+    if settings.prefilter and launch is None and not any(w in text for w in TRIGGER_WORDS) and not (
+            project is not None and _imports_touching(project, path, text)):
         # Nothing any rule looks for: only make sure the file parses.
         bad = _cpython_verdict(text, filename)
         return [bad] if bad is not None and report else []
@@ -186,6 +192,7 @@ def lint_text(
         options=settings.options,
         rule_options=fcfg.config.rules,
         use_installed=settings.use_installed,
+        project=project,
     )
     errors: list[Finding] = []
     for rule in all_rules():
@@ -210,8 +217,19 @@ def lint_text(
     if ctx.reports:
         pos = ctx.positions
         seen = set()
+        a = ctx.analysis
         for r in ctx.reports:
-            start, end = pos.range(r.node)
+            node, message = r.node, r.message
+            related = [x[0] for x in (_related(a, n) for n in r.related) if x is not None]
+            foreign = _related(a, node)
+            if foreign is not None:
+                # The node sits in another module: report at the call in this file that runs it.
+                site = foreign[1]
+                if site is None:
+                    continue
+                node, related = site.node, [foreign[0], *related]
+                message = f"{message} (in {foreign[0].filename}:{foreign[0].start.row})"
+            start, end = pos.range(node)
             key = (r.rule.code, start)  # one finding per code and place, even if several causes
             if key in seen:
                 continue
@@ -219,7 +237,7 @@ def lint_text(
             if noqa.suppresses(r.rule.code, (start.row, end.row)):
                 continue
             fix = None
-            if r.fix is not None and fcfg.fixable(r.rule.code):
+            if r.fix is not None and fcfg.fixable(r.rule.code) and foreign is None:
                 fix = to_fix(r.fix, pos, module.default_newline)
             findings.append(
                 Finding(
@@ -229,9 +247,10 @@ def lint_text(
                     filename=filename,
                     start=start,
                     end=end,
-                    message=r.message,
+                    message=message,
                     fix=fix,
                     source_line=pos.line_text(start.row),
+                    related=related,
                 )
             )
     findings.extend(errors)
@@ -245,6 +264,47 @@ def lint_text(
                     _finding(UNUSED_NOQA, filename, f"unused `noqa` directive (non-matching: {', '.join(unused)})", d.row, col, line)
                 )
     return findings
+
+
+def _project(settings: Settings, path: Optional[Path]):
+    if not settings.project or path is None:
+        return None
+    from fsdplint.analysis.index import project_for
+
+    try:
+        return project_for(path, settings.cache_dir, settings.use_cache)
+    except OSError:
+        return None
+
+
+def _imports_touching(project, path: Path, text: str) -> bool:
+    """A file that names no model operation, but imports a project function that does (`train.py` calling
+    `build_model()` from `model_utils.py`): linted with the project view."""
+    from fsdplint.analysis.index import quick_imports
+
+    if "import" not in text:
+        return False
+    try:
+        return project.imports_touching(path.resolve(), quick_imports(text))
+    except (OSError, RecursionError):
+        return False
+
+
+def _related(a, node) -> Optional[tuple]:
+    """(Related location, call site in this file) for a node of another module of the project; None for
+    a node of this file (or an event/node that cannot be placed)."""
+    if node is None or id(node) in a.c.top or not getattr(a, "_foreign_mods", None):
+        return None
+    from fsdplint.findings import Related
+
+    hit = a.foreign_site(node)
+    if hit is None:
+        return None
+    fm, site, scope = hit
+    start, end = fm.positions.range(node)
+    where = f"in {scope.name}()" if scope is not None and scope.name != "<module>" else "at module level"
+    text = fm.positions.line_text(start.row).strip()
+    return Related(fm.display, start, end, f"{where}: {text}" if text else where), site
 
 
 def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import libcst as cst
 
-from fsdplint.analysis.records import Event, Item, Ref, Step
+from fsdplint.analysis.records import UNKNOWN, Event, Item, Ref, Step
+from fsdplint.apis import CALL_FACTS, api_of
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.collect import AttrSet, Call, Scope
 from fsdplint.resolve import dotted
@@ -31,6 +33,14 @@ MODEL_METHODS = {
     "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
 }
 
+# Trainer methods a subclass overrides that receive the trainer's model as `model`.
+_TRAINER_HOOKS = {"compute_loss", "training_step", "prediction_step", "evaluation_loop", "_save", "save_model"}
+
+
+def _is_test_class(klass: str, methods: list[Scope], c) -> bool:
+    bases = getattr(c, "class_bases", {}).get(klass, ())
+    return (klass.startswith("Test") or any(b.endswith("TestCase") for b in bases)
+            or any(m.name.startswith("test") for m in methods))
 
 
 class Builder:
@@ -82,41 +92,161 @@ class Builder:
         return Ref(key, child, tuple(rest))
 
     # -- timeline construction -------------------------------------------------------
+    # Set by `ScriptAnalysis`: the project the file belongs to (analysis/index.py) and the file's path.
+    project: Any = None
+    path: Optional[Path] = None
+
     def _build(self) -> None:
         self._derived: dict[str, str] = {}
+        self._origins: dict[int, Any] = {}  # id(scope) -> the other module of the project it belongs to
+        self._foreign_mods: list = []
+        self._segments: dict[str, Call] = {}  # "<module>.<seq>" -> a call in another module a helper ran through
+        self._scope_sites: dict[int, Call] = {}  # id(scope of another module) -> first call site in this file
+        self._foreign_seen: set[int] = set()
+        # ids of calls to functions whose code the analysis saw (inlined) or knows harmless (`Timeline.escapes`).
+        self._known_calls: set[int] = set()
+        self.foreign_calls: list[Call] = []
         called: set[int] = set()
         for call in self.c.calls:
-            callee = self._local_callee(call)
+            callee = self._same_file_callee(call, self.c)
             if callee is not None and callee is not call.scope:
                 called.add(id(callee))
-        for scope in self.c.scopes:
-            if id(scope) in called:
-                continue
-            steps = self._steps(scope, {}, "", 0, (id(scope),))
+        entries = [s for s in self.c.scopes if id(s) not in called]
+        for scopes in self._programs(entries):
+            steps: list[Step] = []
+            for scope in scopes:
+                prefix = f"{scope.name}:" if len(scopes) > 1 else ""
+                steps.extend(self._steps(scope, self._hook_params(scope), prefix, 0, (id(scope),)))
             if not steps:
                 continue
-            t = Timeline(self, scope, steps)
+            t = Timeline(self, scopes[0], steps)
+            t.assumed = self._assumed_wraps(scopes, t)
             self._derived = {}
             self._interpret(t)
             self.timelines.append(t)
 
-    def _local_callee(self, call: Call) -> Optional[Scope]:
+    def _programs(self, entries: list[Scope]) -> list[list[Scope]]:
+        """Entry scopes grouped into programs: each function alone; the entry methods of a class
+        (not a test case) together, `__init__` first, as `obj = C(...); obj.a(); obj.b()` runs them,
+        so `self.model` set in one method is the model the others use."""
+        out: list[list[Scope]] = []
+        by_class: dict[str, list[Scope]] = {}
+        for scope in entries:
+            if scope.klass is not None and self.c.methods.get((scope.klass, scope.name)) is scope:
+                if scope.klass not in by_class:
+                    by_class[scope.klass] = []
+                    out.append(by_class[scope.klass])
+                by_class[scope.klass].append(scope)
+            else:
+                out.append([scope])
+        result = []
+        for group in out:
+            klass = group[0].klass if len(group) > 1 else None
+            if klass is not None and not _is_test_class(klass, group, self.c):
+                group.sort(key=lambda s: (s.name != "__init__", 0))
+                result.append(group)
+            else:
+                result.extend([s] for s in group)
+        return result
+
+    def _hook_params(self, scope: Scope) -> dict[str, str]:
+        """A Trainer subclass's hooks (`compute_loss(self, model, inputs)`, `training_step(self, model, ...)`)
+        receive the trainer's own model: `model` there is `self.model`."""
+        if scope.klass is None or "model" not in scope.params or scope.name not in _TRAINER_HOOKS:
+            return {}
+        bases = self.c.class_bases.get(scope.klass, ()) if hasattr(self.c, "class_bases") else ()
+        if any(b.endswith("Trainer") for b in bases):
+            return {"model": "self.model"}
+        return {}
+
+    def _assumed_wraps(self, scopes: list[Scope], t: Timeline) -> dict[str, str]:
+        """Parameters annotated with an FSDP type (`def train(model: FSDP)`): wrapped on entry."""
+        out = {}
+        for scope in scopes:
+            for name, ann in getattr(scope, "annotations", {}).items():
+                api = api_of(self.resolver.qualify(ann))
+                state = {"FSDP1": "fsdp1", "FSDPModule": "fsdp2"}.get(api)
+                if state is not None:
+                    key = (f"{scope.name}:" if len(scopes) > 1 else "") + name
+                    out[key] = state
+                    t.model_keys.add(key)
+        return out
+
+    def _same_file_callee(self, call: Call, c) -> Optional[Scope]:
         f = call.func
         if f is None:
             return None
         if "." not in f:
-            return self.c.functions.get(f)
+            return c.functions.get(f)
         if f.startswith("self.") and f.count(".") == 1 and call.scope.klass:
-            return self.c.methods.get((call.scope.klass, f[5:]))
+            return c.methods.get((call.scope.klass, f[5:]))
         return None
 
-    def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple) -> list[Step]:
+    def _local_callee(self, call: Call) -> Optional[Scope]:
+        return self._callee(call, self._origins.get(id(call.scope)))[0]
+
+    def _callee(self, call: Call, origin) -> tuple[Optional[Scope], Any]:
+        """The function a call runs: a helper of the same file (of `origin`, for code of another module),
+        else a function of another module of the project that may touch the model; else (None, None)."""
+        callee = self._same_file_callee(call, origin.collector if origin is not None else self.c)
+        if callee is not None:
+            return callee, origin
+        if self.project is None or call.api is not None or call.func is None or call.func.startswith("self."):
+            return None, None
+        importer = origin.path if origin is not None else self.path
+        if importer is None:
+            return None, None
+        try:
+            found = self.project.resolve(importer, self._imports(origin), call.func)
+            if found is None:
+                return None, None
+            if not self.project.touches(*found):
+                self._known_calls.add(id(call))  # a project function that does nothing to a model
+                return None, None
+            path, qual = found
+            if path == self.path:  # the linted file, imported back from another module
+                fm, c = None, self.c
+            else:
+                fm = self.project.module(path)
+                if fm is None:
+                    return None, None
+                c = fm.collector
+        except (OSError, RecursionError):
+            return None, None
+        cls, _, meth = qual.rpartition(".")
+        scope = c.methods.get((cls, meth)) if cls else c.functions.get(meth)
+        if scope is not None and fm is not None and id(fm) not in {id(m) for m in self._foreign_mods}:
+            self._foreign_mods.append(fm)
+            for s in c.scopes:
+                self._origins[id(s)] = fm
+        return scope, fm
+
+    def _imports(self, origin) -> list:
+        if origin is None:
+            imports = self.__dict__.get("_own_imports")
+            if imports is None:
+                from fsdplint.analysis.index import local_imports
+
+                imports = self.__dict__["_own_imports"] = local_imports(self.c)
+            return imports
+        return self.project.sheet(origin.path)["imports"]
+
+    def module_scope_of(self, scope: Optional[Scope]) -> Scope:
+        fm = self._origins.get(id(scope)) if scope is not None else None
+        return fm.collector.module_scope if fm is not None else self.c.module_scope
+
+    def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple,
+               origin: Any = None, site: Optional[Call] = None) -> list[Step]:
         items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets], key=lambda i: i.seq)
         steps: list[Step] = []
         for item in items:
-            step = Step(item, prefix, mapping)
-            callee = self._local_callee(item) if isinstance(item, Call) else None
+            step = Step(item, prefix, mapping, origin=origin, site=site)
+            if origin is not None and isinstance(item, Call) and id(item) not in self._foreign_seen:
+                self._foreign_seen.add(id(item))
+                self.foreign_calls.append(item)
+            callee, callee_origin = self._callee(item, origin) if isinstance(item, Call) else (None, None)
             if callee is not None and depth < 4 and id(callee) not in stack:
+                self._known_calls.add(id(item))
                 sub_map: dict[str, str] = {}
                 params = callee.params[1:] if callee.klass and callee.params[:1] == ["self"] else callee.params
                 for i, p in enumerate(params):
@@ -124,8 +254,17 @@ class Builder:
                     d = dotted(arg) if arg is not None else None
                     if d is not None:
                         sub_map[p] = step.key(d) if d.split(".")[0] not in HOLDERS else d
-                sub_prefix = f"{prefix}{callee.name}@{item.seq}:"
-                sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),))
+                if origin is None:
+                    tag = str(item.seq)
+                else:
+                    tag = f"{self._foreign_mods.index(origin) + 1}.{item.seq}"
+                    self._segments[tag] = item
+                sub_site = item if origin is None and callee_origin is not None else site
+                if callee_origin is not None:
+                    self._scope_sites.setdefault(id(callee), sub_site)
+                sub_prefix = f"{prefix}{callee.name}@{tag}:"
+                sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),),
+                                  callee_origin, sub_site)
                 steps.extend(sub)
                 probe = Step(item, sub_prefix, sub_map)
                 for r in callee.returns:
@@ -139,6 +278,21 @@ class Builder:
             steps.append(step)
         return steps
 
+    # -- code of other modules -----------------------------------------------------------
+    def foreign_site(self, node: cst.CSTNode) -> Optional[tuple]:
+        """For a node of another module of the project: (that module, the call in this file through which
+        it runs, the function it sits in); None for a node of this file."""
+        for fm in self._foreign_mods:
+            unit = fm.collector.top.get(id(node))
+            if unit is None:
+                continue
+            scope = fm.scope_of_def.get(id(unit[0])) if unit[0] != "top" else None
+            site = self._scope_sites.get(id(scope)) if scope is not None else None
+            if site is None:
+                site = next((self._scope_sites[id(s)] for s in fm.collector.scopes if id(s) in self._scope_sites), None)
+            return fm, site, scope
+        return None
+
     def _interpret(self, t: Timeline) -> None:
         for step in t.steps:
             item = step.item
@@ -148,8 +302,22 @@ class Builder:
             call = item
             for ev in self._classify(t, step, call):
                 ev.timeline = t
+                self._library_facts(call, ev)
                 t.events.append(ev)
             self._bind_result(t, step, call)
+
+    def _library_facts(self, call: Call, ev: Event) -> None:
+        """What the library call does beyond its name (apis.CALL_FACTS), as facts on the event:
+        e.g. `adapter_dtype="float32"` for `get_peft_model` unless `autocast_adapter_dtype=False`."""
+        for kind, fact, value, keyword, off, _cite in CALL_FACTS.get(call.api or "", ()):
+            if kind != ev.kind or fact in ev.data:
+                continue
+            given = call.kw(keyword)
+            if given is not None:
+                v = self.value(given, call.scope)
+                if v is UNKNOWN or v == off:
+                    continue  # turned off, or it cannot be told: no fact
+            ev.data[fact] = value
 
     def _bind_result(self, t: Timeline, step: Step, call: Call) -> None:
         targets = call.targets

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import libcst as cst
@@ -24,19 +25,28 @@ def _is_test(scope: Scope) -> bool:
 
 
 class ScriptAnalysis(Values, Paths, Builder):
-    def __init__(self, module: cst.Module, collector: Optional[Collector] = None) -> None:
+    def __init__(self, module: cst.Module, collector: Optional[Collector] = None, *, project: Any = None,
+                 path: Optional[Path] = None) -> None:
         self.module = module
         self.c = collector or collect(module)
         self.resolver = self.c.resolver
         self.timelines: list[Timeline] = []
+        # The project (analysis/index.py): calls to its functions in other modules run as if inlined.
+        self.project = project
+        self.path = path.resolve() if path is not None else None
         self._build()
 
     # -- facts over the whole file -------------------------------------------------
+    @property
+    def all_calls(self) -> list[Call]:
+        """The file's calls, then those of other modules of the project that its programs run."""
+        return self.c.calls + self.foreign_calls if self.foreign_calls else self.c.calls
+
     def calls(self, *apis: str) -> list[Call]:
-        return [c for c in self.c.calls if c.api in apis]
+        return [c for c in self.all_calls if c.api in apis]
 
     def method_calls(self, *methods: str) -> list[Call]:
-        return [c for c in self.c.calls if c.method in methods]
+        return [c for c in self.all_calls if c.method in methods]
 
     @cached_property
     def uses_fsdp1(self) -> bool:
@@ -102,5 +112,5 @@ class ScriptAnalysis(Values, Paths, Builder):
 
 
 
-def analyze(module: cst.Module) -> ScriptAnalysis:
-    return ScriptAnalysis(module)
+def analyze(module: cst.Module, *, project: Any = None, path: Optional[Path] = None) -> ScriptAnalysis:
+    return ScriptAnalysis(module, project=project, path=path)

@@ -37,6 +37,8 @@ class Timeline:
         self.uf = UnionFind()
         self.events: list[Event] = []
         self.model_keys: set[str] = set()
+        # Names wrapped before the program starts (`def train(model: FSDP)`): key -> "fsdp1"/"fsdp2".
+        self.assumed: dict[str, str] = {}
 
     def find(self, key: str) -> str:
         return self.uf.find(key)
@@ -109,7 +111,11 @@ class Timeline:
             if step.order >= event.step.order:
                 break
             call = step.call
-            if call is None or call.api is not None or call.func in a.c.functions or call.func in _HARMLESS_FUNCS:
+            if call is None or call.api is not None or call.func in _HARMLESS_FUNCS:
+                continue
+            if call.func in (step.origin.collector if step.origin is not None else a.c).functions:
+                continue
+            if id(call) in a._known_calls:  # a project function: inlined, or known to leave models alone
                 continue
             if call.receiver is not None and call.method in _HARMLESS_METHODS:
                 continue
@@ -126,7 +132,7 @@ class Timeline:
     def wrap_state(self, entity: str, seq: int, at: Optional[Event] = None) -> Optional[str]:
         """"fsdp1", "fsdp2" or None: how the model is wrapped at `seq` (on the path of event `at`, if given:
         wraps in a branch that excludes it do not count)."""
-        state = None
+        state = next((v for k, v in self.assumed.items() if self.find(k) == entity), None)
         for e in self.events:
             if e.seq >= seq:
                 break

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdplint.output.text import headline, write_text
+from fsdplint.output.text import headline, related_lines, write_text
 
 
 def _snippet(f, paint) -> str:
@@ -26,7 +26,7 @@ def _snippet(f, paint) -> str:
 
 
 def _render(f, paint) -> str:
-    return f"{headline(f, paint)}\n{_snippet(f, paint)}{paint.dim('  see ' + f.url)}\n\n"
+    return f"{headline(f, paint)}\n{related_lines(f, paint)}{_snippet(f, paint)}{paint.dim('  see ' + f.url)}\n\n"
 
 
 def write(findings, out, *, color=False, summary=None, show_fixes=False, statistics=False) -> None:

@@ -100,6 +100,12 @@ def _result(f, index: int) -> dict:
         "locations": [location],
         "partialFingerprints": {"fsdplint/v1": fingerprint(f)},
     }
+    if f.related:
+        result["relatedLocations"] = [
+            {"id": i, "physicalLocation": {"artifactLocation": {"uri": _uri(r.filename)}, "region": _region(r.start, r.end)},
+             "message": {"text": r.message}}
+            for i, r in enumerate(f.related)
+        ]
     if f.fix is not None and f.fix.edits:
         result["fixes"] = [
             {
