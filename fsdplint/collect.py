@@ -90,6 +90,7 @@ class Scope:
     dict_sets: list["AttrSet"] = field(default_factory=list)
     returns: list[cst.BaseExpression] = field(default_factory=list)
     annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)  # parameter -> annotation
+    aliases: list["AttrSet"] = field(default_factory=list)  # `net = model`: a second name (target without a dot)
 
 
 @dataclass(slots=True)
@@ -424,6 +425,9 @@ class Collector(cst.CSTVisitor):
         stmt = self._stmt[-1] if self._stmt else None
         if isinstance(target, cst.Name):
             scope.assigns.setdefault(target.value, []).append((self._seq, value))
+            if isinstance(value, (cst.Name, cst.Attribute)):
+                scope.aliases.append(
+                    AttrSet(target.value, None, value, self._next(), stmt, scope, tuple(self._guards), tuple(self._loops)))
             if len(self._scope_stack) == 1 and isinstance(value, (cst.Attribute, cst.Name)):
                 self.resolver.add_alias(target.value, value)
         elif isinstance(target, (cst.Tuple, cst.List)):

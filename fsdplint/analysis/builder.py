@@ -105,6 +105,7 @@ class Builder:
         self._foreign_seen: set[int] = set()
         # ids of calls to functions whose code the analysis saw (inlined) or knows harmless (`Timeline.escapes`).
         self._known_calls: set[int] = set()
+        self._inline_sites: dict[int, list[Call]] = {}  # id(helper scope) -> the calls it was inlined at
         self.foreign_calls: list[Call] = []
         called: set[int] = set()
         for call in self.c.calls:
@@ -231,13 +232,38 @@ class Builder:
             return imports
         return self.project.sheet(origin.path)["imports"]
 
+    def argument(self, name: str, scope: Scope, _depth: int = 0) -> Optional[cst.BaseExpression]:
+        """For a parameter of a helper inlined at exactly one call: what that call passes (followed through
+        the caller's own bindings), so `def setup(model, policy): FSDP(model, auto_wrap_policy=policy)`
+        reads the caller's policy. None when called from several places, or not passed."""
+        sites = getattr(self, "_inline_sites", {}).get(id(scope))
+        if not sites or len(sites) != 1 or _depth > 4:
+            return None
+        call = sites[0]
+        params = scope.params[1:] if scope.klass and scope.params[:1] == ["self"] else scope.params
+        if name not in params:
+            return None
+        arg = call.arg(params.index(name), name)
+        if arg is None or any(a.star for a in call.node.args):
+            return None
+        if isinstance(arg, (cst.Name, cst.Attribute)):
+            d = dotted(arg)
+            inner = None
+            if d is not None:
+                if d in call.scope.params and call.scope.node is not None:
+                    inner = self.argument(d, call.scope, _depth + 1)
+                else:
+                    inner = self.binding(d, call.scope)
+            return inner
+        return arg
+
     def module_scope_of(self, scope: Optional[Scope]) -> Scope:
         fm = self._origins.get(id(scope)) if scope is not None else None
         return fm.collector.module_scope if fm is not None else self.c.module_scope
 
     def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple,
                origin: Any = None, site: Optional[Call] = None) -> list[Step]:
-        items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets], key=lambda i: i.seq)
+        items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets, *scope.aliases], key=lambda i: i.seq)
         steps: list[Step] = []
         for item in items:
             step = Step(item, prefix, mapping, origin=origin, site=site)
@@ -247,6 +273,9 @@ class Builder:
             callee, callee_origin = self._callee(item, origin) if isinstance(item, Call) else (None, None)
             if callee is not None and depth < 4 and id(callee) not in stack:
                 self._known_calls.add(id(item))
+                sites = self._inline_sites.setdefault(id(callee), [])
+                if item not in sites:
+                    sites.append(item)
                 sub_map: dict[str, str] = {}
                 params = callee.params[1:] if callee.klass and callee.params[:1] == ["self"] else callee.params
                 for i, p in enumerate(params):
@@ -384,6 +413,12 @@ class Builder:
     def _interpret_attr(self, t: Timeline, step: Step, a: AttrSet) -> None:
         if a.key is not None:
             t.events.append(Event("dict_set", step, None, {"target": step.key(a.target), "key": a.key}, t))
+            return
+        if "." not in a.target:
+            # `net = model`: a second name for the same object (LoRA injected through it is the model's).
+            r = self.ref(a.value, step)
+            if r is not None and not r.child and a.value is not None:
+                t.uf.union(step.key(a.target), r.key)
             return
         if a.target.endswith(".requires_grad"):
             v = self.value(a.value, a.scope)

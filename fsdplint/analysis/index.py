@@ -139,37 +139,46 @@ class Project:
     def __init__(self, root: Path, cache=None) -> None:
         self.root = root
         self.cache = cache
-        self._texts: dict[Path, Optional[str]] = {}
-        self._sheets: dict[Path, dict] = {}
+        self._texts: dict[Path, tuple] = {}  # path -> ((mtime, size), text)
+        self._sheets: dict[str, dict] = {}  # content hash -> fact sheet
         self._files: dict[tuple, Optional[Path]] = {}
         self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
         self._touch: dict[tuple, bool] = {}
 
     # -- files -------------------------------------------------------------------------
     def text(self, path: Path) -> Optional[str]:
-        if path not in self._texts:
+        """The file's text, re-read when its size or modification time changed (a long-lived process)."""
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._texts.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        text = None
+        if st.st_size <= _MAX_FILE_BYTES:
             try:
-                data = path.read_bytes()
-                self._texts[path] = data.decode("utf-8") if len(data) <= _MAX_FILE_BYTES else None
+                text = path.read_bytes().decode("utf-8")
             except (OSError, UnicodeDecodeError):
-                self._texts[path] = None
-        return self._texts[path]
+                text = None
+        self._texts[path] = (stamp, text)
+        return text
 
     def sheet(self, path: Path, text: Optional[str] = None) -> dict:
-        sheet = self._sheets.get(path)
-        if sheet is not None:
-            return sheet
         text = self.text(path) if text is None else text
         if text is None:
-            sheet = fact_sheet("")
-        else:
-            key = content_hash(text)
-            sheet = self.cache.get(key) if self.cache is not None else None
-            if sheet is None or sheet.get("v") != SHEET_VERSION:
-                sheet = fact_sheet(text)
-                if self.cache is not None:
-                    self.cache.put(key, sheet)
-        self._sheets[path] = sheet
+            return fact_sheet("")
+        key = content_hash(text)
+        sheet = self._sheets.get(key)
+        if sheet is not None:
+            return sheet
+        sheet = self.cache.get(key) if self.cache is not None else None
+        if sheet is None or sheet.get("v") != SHEET_VERSION:
+            sheet = fact_sheet(text)
+            if self.cache is not None:
+                self.cache.put(key, sheet)
+        self._sheets[key] = sheet
         return sheet
 
     def _module_file(self, base: Path, parts: list[str]) -> Optional[Path]:
@@ -273,7 +282,7 @@ class Project:
     def touches(self, path: Path, qual: str, depth: int = 0) -> bool:
         """Whether the function may do something the analysis records: its text names a model operation,
         or it calls a project function that does (bounded, recursion-safe)."""
-        key = (path, qual)
+        key = (path, qual, self._stamp(path))
         if key in self._touch:
             return self._touch[key]
         self._touch[key] = False  # recursion guard
@@ -297,6 +306,10 @@ class Project:
         self._touch[key] = out
         return out
 
+    def _stamp(self, path: Path):
+        hit = self._texts.get(path)
+        return hit[0] if hit is not None else None
+
     def imports_touching(self, importer: Path, imports: list) -> bool:
         """Whether a file that names no model operation itself imports a project function that does."""
         for local, module, attr, level in imports:
@@ -314,7 +327,6 @@ class Project:
     def remember(self, path: Path, text: str, module: cst.Module, collector) -> None:
         """Keep the linted file's own parse: another linted file that imports it reuses it."""
         self._store(path, ForeignModule(path, text, module, collector))
-        self._texts[path] = text
 
     def _store(self, path: Path, fm: Optional[ForeignModule]) -> None:
         self._modules[path] = fm
@@ -323,12 +335,14 @@ class Project:
             self._modules.popitem(last=False)
 
     def module(self, path: Path) -> Optional[ForeignModule]:
+        text = self.text(path)
         if path in self._modules:
-            self._modules.move_to_end(path)
-            return self._modules[path]
+            fm = self._modules[path]
+            if fm is None or fm.text == text:
+                self._modules.move_to_end(path)
+                return fm
         from fsdplint.collect import collect
 
-        text = self.text(path)
         fm = None
         if text is not None:
             try:

@@ -68,7 +68,7 @@ class Values:
             if vals:
                 return vals[0][1] if len(vals) == 1 else None
             if s is not top and name in s.params:
-                return None
+                return self.argument(name, s)
         return None
 
     def call_for(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], api: str) -> Optional[Call]:
