@@ -102,9 +102,9 @@ class LintContext:
         """1-based line of a node. For a node of another module of the project: the line of the call in
         this file that runs it (the next report names the other place as a related location)."""
         if id(node) not in self.analysis.c.top:
-            from fsdplint.engine import _related
+            from fsdplint.analysis.index import locate
 
-            hit = _related(self.analysis, node)
+            hit = locate(self.analysis, node)
             if hit is not None and hit[1] is not None:
                 self._mentioned.append(node)
                 node = hit[1].node

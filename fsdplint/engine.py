@@ -217,11 +217,13 @@ def lint_text(
     if ctx.reports:
         pos = ctx.positions
         seen = set()
+        from fsdplint.analysis.index import locate
+
         a = ctx.analysis
         for r in ctx.reports:
             node, message = r.node, r.message
-            related = [x[0] for x in (_related(a, n) for n in r.related) if x is not None]
-            foreign = _related(a, node)
+            related = [x[0] for x in (locate(a, n) for n in r.related) if x is not None]
+            foreign = locate(a, node)
             if foreign is not None:
                 # The node sits in another module: report at the call in this file that runs it.
                 site = foreign[1]
@@ -288,23 +290,6 @@ def _imports_touching(project, path: Path, text: str) -> bool:
         return project.imports_touching(path.resolve(), quick_imports(text))
     except (OSError, RecursionError):
         return False
-
-
-def _related(a, node) -> Optional[tuple]:
-    """(Related location, call site in this file) for a node of another module of the project; None for
-    a node of this file (or an event/node that cannot be placed)."""
-    if node is None or id(node) in a.c.top or not getattr(a, "_foreign_mods", None):
-        return None
-    from fsdplint.findings import Related
-
-    hit = a.foreign_site(node)
-    if hit is None:
-        return None
-    fm, site, scope = hit
-    start, end = fm.positions.range(node)
-    where = f"in {scope.name}()" if scope is not None and scope.name != "<module>" else "at module level"
-    text = fm.positions.line_text(start.row).strip()
-    return Related(fm.display, start, end, f"{where}: {text}" if text else where), site
 
 
 def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:

@@ -23,6 +23,7 @@ from typing import Optional
 import libcst as cst
 
 from fsdplint.apis import SUMMARY_WORDS, TRIGGER_WORDS, api_of
+from fsdplint.findings import Related
 
 ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
 # Top-level packages that are libraries whatever the project holds (their behaviour is data in apis.py).
@@ -397,6 +398,21 @@ def _cst_dotted(node) -> str:
     from fsdplint.resolve import dotted
 
     return dotted(node) or ""
+
+
+def locate(a, node) -> Optional[tuple]:
+    """(Related location, call site in this file) for a node of another module of the project; None for
+    a node of this file (or an event/node that cannot be placed)."""
+    if node is None or id(node) in a.c.top or not getattr(a, "_foreign_mods", None):
+        return None
+    hit = a.foreign_site(node)
+    if hit is None:
+        return None
+    fm, site, scope = hit
+    start, end = fm.positions.range(node)
+    where = f"in {scope.name}()" if scope is not None and scope.name != "<module>" else "at module level"
+    text = fm.positions.line_text(start.row).strip()
+    return Related(fm.display, start, end, f"{where}: {text}" if text else where), site
 
 
 _PROJECTS: dict[tuple, Project] = {}
