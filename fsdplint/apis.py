@@ -178,13 +178,18 @@ FULLY_SHARD_IGNORED_PARAMS_SINCE = "2.7"
 PEFT_TARGET_PARAMETERS_SINCE = "0.17.0"
 BNB_QUANT_STORAGE_SINCE = "0.43.0"
 
-# Beyond TRIGGER_WORDS: words in a project function that may load, move, save or transform a model,
-# so its summary is worth computing when another module calls it (fact sheets, analysis/index.py).
+# Beyond TRIGGER_WORDS: words and called names in a project function that may load, move, save or
+# transform a model, so its summary is worth computing when another module calls it (analysis/index.py).
+# Every API of QUALIFIED counts by its last name too.
 SUMMARY_WORDS = (
-    "from_pretrained", "save_pretrained", "state_dict", "merge_and_unload", "merge_adapter", "generate",
-    "optim", "requires_grad", "use_cache", "torch.save", "barrier", "all_reduce", "broadcast", "get_rank",
-    "is_main_process", "prepare", "device_map", "quantization_config", "torch_dtype", "dtype",
+    "from_pretrained", "save_pretrained", "state_dict", "merge_and_unload", "merge_adapter", "optim.",
+    "requires_grad", "torch.save", ".prepare(", "is_main_process", "get_rank",
 )
+SUMMARY_CALLS = frozenset({
+    "from_pretrained", "save_pretrained", "state_dict", "merge_and_unload", "merge_adapter", "generate",
+    "add_adapter", "gradient_checkpointing_enable", "enable_input_require_grads", "clip_grad_norm_", "no_sync",
+    "prepare", "unwrap_model", "get_state_dict", "save_state", "save_model", "requires_grad_", "to_empty",
+})
 
 # What a library call does to the model beyond its name, as facts attached to the call's event
 # (`Event.data`), for rules and the version table (behaviour.py) to read. Per API id or method: the

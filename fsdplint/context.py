@@ -42,6 +42,7 @@ class LintContext:
         rule_options: Mapping[str, Mapping[str, Any]] = {},
         use_installed: bool = True,
         project: Any = None,
+        collector: Any = None,
     ) -> None:
         self.filename = filename
         self.path = path
@@ -55,6 +56,7 @@ class LintContext:
         self._use_installed = use_installed
         # The project the file belongs to (fsdplint/analysis/index.py), None for a lone file.
         self.project = project
+        self._collector = collector  # the collector of a parse another file's analysis already made
         self._versions: dict[str, versions.TargetVersion] = {}
         self.reports: list[Report] = []
         self._mentioned: list = []  # nodes of other modules whose line a message names (see `line`)
@@ -66,7 +68,7 @@ class LintContext:
 
         from fsdplint import launch as launch_mod
 
-        a = ScriptAnalysis(self.module, project=self.project, path=self.path if self.project is not None else None)
+        a = ScriptAnalysis(self.module, self._collector, project=self.project, path=self.path if self.project is not None else None)
         if self.project is not None and a.path is not None:
             self.project.remember(a.path, self.source, self.module, a.c)
         yaml_facts = self.options.get("launch")

@@ -165,8 +165,9 @@ def lint_text(
         bad = _cpython_verdict(text, filename)
         if bad is not None:
             return [bad] if report else []
+    parsed = project.parsed(path, text) if project is not None else None
     try:
-        module = cst.parse_module(text)
+        module = parsed.module if parsed is not None else cst.parse_module(text)
     except cst.ParserSyntaxError as e:
         if not report:
             return []
@@ -193,6 +194,7 @@ def lint_text(
         rule_options=fcfg.config.rules,
         use_installed=settings.use_installed,
         project=project,
+        collector=parsed.collector if parsed is not None else None,
     )
     errors: list[Finding] = []
     for rule in all_rules():

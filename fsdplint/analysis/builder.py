@@ -33,6 +33,9 @@ MODEL_METHODS = {
     "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
 }
 
+# Bounds on the project view per linted file: modules away from it, and modules read.
+_MAX_HOPS = 2
+_MAX_MODULES = 6
 # Trainer methods a subclass overrides that receive the trainer's model as `model`.
 _TRAINER_HOOKS = {"compute_loss", "training_step", "prediction_step", "evaluation_loop", "_save", "save_model"}
 
@@ -105,6 +108,8 @@ class Builder:
         self._foreign_seen: set[int] = set()
         # ids of calls to functions whose code the analysis saw (inlined) or knows harmless (`Timeline.escapes`).
         self._known_calls: set[int] = set()
+        self._hops: dict[Path, int] = {}  # module of the project -> how many modules away from this file
+        self._callees: dict[int, tuple] = {}  # id(call) -> its project callee (memo)
         self._inline_sites: dict[int, list[Call]] = {}  # id(helper scope) -> the calls it was inlined at
         self.foreign_calls: list[Call] = []
         called: set[int] = set()
@@ -194,6 +199,15 @@ class Builder:
             return callee, origin
         if self.project is None or call.api is not None or call.func is None or call.func.startswith("self."):
             return None, None
+        memo = self._callees.get(id(call))
+        if memo is None:
+            memo = self._callees[id(call)] = self._project_callee(call, origin)
+        return memo
+
+    def _project_callee(self, call: Call, origin) -> tuple[Optional[Scope], Any]:
+        hops = self._hops.get(origin.path, 0) if origin is not None else 0
+        if hops >= _MAX_HOPS:
+            return None, None
         importer = origin.path if origin is not None else self.path
         if importer is None:
             return None, None
@@ -208,7 +222,9 @@ class Builder:
             if path == self.path:  # the linted file, imported back from another module
                 fm, c = None, self.c
             else:
-                fm = self.project.module(path)
+                if path not in self._hops and len(self._hops) >= _MAX_MODULES:
+                    return None, None  # bounded work per linted file: further modules stay unknown
+                fm = self.project.module(path, qual)
                 if fm is None:
                     return None, None
                 c = fm.collector
@@ -216,7 +232,8 @@ class Builder:
             return None, None
         cls, _, meth = qual.rpartition(".")
         scope = c.methods.get((cls, meth)) if cls else c.functions.get(meth)
-        if scope is not None and fm is not None and id(fm) not in {id(m) for m in self._foreign_mods}:
+        if scope is not None and fm is not None and all(m is not fm for m in self._foreign_mods):
+            self._hops.setdefault(fm.path, hops + 1)
             self._foreign_mods.append(fm)
             for s in c.scopes:
                 self._origins[id(s)] = fm

@@ -22,7 +22,7 @@ from typing import Optional
 
 import libcst as cst
 
-from fsdplint.apis import SUMMARY_WORDS, TRIGGER_WORDS, api_of
+from fsdplint.apis import QUALIFIED, SUMMARY_CALLS, SUMMARY_WORDS, TRIGGER_WORDS, api_of
 from fsdplint.findings import Related
 
 ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
@@ -31,9 +31,10 @@ LIBRARIES = frozenset({
     "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
     "safetensors", "huggingface_hub", "torchtune", "torchao", "lightning", "pytorch_lightning",
 })
-SHEET_VERSION = 1
+SHEET_VERSION = 3
 _MAX_FILE_BYTES = 2_000_000
-_MAX_MODULES = 48  # parsed modules kept per process (libcst trees are large)
+_MAX_MODULES = 128  # parsed modules kept per process (libcst trees are large)
+_CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
 _WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
 
 
@@ -65,7 +66,9 @@ def _dotted(node: ast.AST) -> Optional[str]:
 def _function_sheet(fn, lines: list[str]) -> dict:
     body = "\n".join(lines[fn.lineno - 1: fn.end_lineno])
     calls = sorted({d for n in ast.walk(fn) if isinstance(n, ast.Call) for d in [_dotted(n.func)] if d})
-    return {"line": fn.lineno, "touches": bool(_WORDS.search(body)), "calls": calls,
+    touches = bool(_WORDS.search(body)) or any(c.rsplit(".", 1)[-1] in _CALLS for c in calls)
+    start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+    return {"line": fn.lineno, "span": [start, fn.end_lineno], "touches": touches, "calls": calls,
             "property": any(_dotted(d) == "property" for d in fn.decorator_list)}
 
 
@@ -101,7 +104,9 @@ def fact_sheet(text: str) -> dict:
         elif isinstance(node, ast.ClassDef):
             methods = {n.name: _function_sheet(n, lines) for n in node.body
                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            sheet["classes"][node.name] = {"line": node.lineno, "bases": [d for b in node.bases for d in [_dotted(b)] if d],
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            sheet["classes"][node.name] = {"line": node.lineno, "span": [start, node.end_lineno],
+                                           "bases": [d for b in node.bases for d in [_dotted(b)] if d],
                                            "methods": methods}
     return sheet
 
@@ -140,22 +145,29 @@ class Project:
     def __init__(self, root: Path, cache=None) -> None:
         self.root = root
         self.cache = cache
-        self._texts: dict[Path, tuple] = {}  # path -> ((mtime, size), text)
+        self._texts: dict[Path, tuple] = {}  # path -> ((mtime, size), text, generation it was checked in)
+        # Files are checked for changes once per linted file (a long-lived process may see them change).
+        self.generation = 0
         self._sheets: dict[str, dict] = {}  # content hash -> fact sheet
+        self._by_path: dict[Path, tuple] = {}  # path -> ((mtime, size), fact sheet)
         self._files: dict[tuple, Optional[Path]] = {}
         self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
         self._touch: dict[tuple, bool] = {}
+        self._partial_of: dict[tuple, str] = {}  # (path, kept definitions) -> the text it was cut from
 
     # -- files -------------------------------------------------------------------------
     def text(self, path: Path) -> Optional[str]:
         """The file's text, re-read when its size or modification time changed (a long-lived process)."""
+        hit = self._texts.get(path)
+        if hit is not None and hit[2] == self.generation:
+            return hit[1]
         try:
             st = path.stat()
         except OSError:
             return None
         stamp = (st.st_mtime_ns, st.st_size)
-        hit = self._texts.get(path)
         if hit is not None and hit[0] == stamp:
+            self._texts[path] = (stamp, hit[1], self.generation)
             return hit[1]
         text = None
         if st.st_size <= _MAX_FILE_BYTES:
@@ -163,16 +175,22 @@ class Project:
                 text = path.read_bytes().decode("utf-8")
             except (OSError, UnicodeDecodeError):
                 text = None
-        self._texts[path] = (stamp, text)
+        self._texts[path] = (stamp, text, self.generation)
         return text
 
     def sheet(self, path: Path, text: Optional[str] = None) -> dict:
+        given = text is not None
         text = self.text(path) if text is None else text
         if text is None:
             return fact_sheet("")
+        stamp = self._stamp(path)
+        hit = self._by_path.get(path) if not given else None
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
         key = content_hash(text)
         sheet = self._sheets.get(key)
         if sheet is not None:
+            self._by_path[path] = (stamp, sheet)
             return sheet
         sheet = self.cache.get(key) if self.cache is not None else None
         if sheet is None or sheet.get("v") != SHEET_VERSION:
@@ -180,6 +198,8 @@ class Project:
             if self.cache is not None:
                 self.cache.put(key, sheet)
         self._sheets[key] = sheet
+        if not given:
+            self._by_path[path] = (stamp, sheet)
         return sheet
 
     def _module_file(self, base: Path, parts: list[str]) -> Optional[Path]:
@@ -329,31 +349,78 @@ class Project:
         """Keep the linted file's own parse: another linted file that imports it reuses it."""
         self._store(path, ForeignModule(path, text, module, collector))
 
+    def parsed(self, path: Optional[Path], text: str) -> Optional[ForeignModule]:
+        """The parse of this exact text of the file, if another file's analysis already made it."""
+        if path is None:
+            return None
+        fm = self._modules.get(path.resolve())
+        return fm if fm is not None and fm.text == text else None
+
     def _store(self, path: Path, fm: Optional[ForeignModule]) -> None:
         self._modules[path] = fm
         self._modules.move_to_end(path)
         while len(self._modules) > _MAX_MODULES:
             self._modules.popitem(last=False)
 
-    def module(self, path: Path) -> Optional[ForeignModule]:
+    def module(self, path: Path, need: Optional[str] = None) -> Optional[ForeignModule]:
+        """The module parsed: whole when a linted file's parse is at hand, else only what `need` (a function
+        or "Class.method") reaches in it — its top-level definitions, the others blanked out, so lines and
+        columns stay those of the file and the parse costs what the needed code costs."""
         text = self.text(path)
-        if path in self._modules:
-            fm = self._modules[path]
-            if fm is None or fm.text == text:
-                self._modules.move_to_end(path)
-                return fm
+        if text is None:
+            return None
+        full = self._modules.get(path)
+        if full is not None and full.text == text:
+            self._modules.move_to_end(path)
+            return full
+        keep = self._needed(path, need) if need is not None else None
+        key = (path, keep)
+        fm = self._modules.get(key)
+        if fm is not None and fm.text is not None and self._partial_of.get(key) == text:
+            self._modules.move_to_end(key)
+            return fm
         from fsdplint.collect import collect
 
-        fm = None
-        if text is not None:
-            try:
-                module = cst.parse_module(text)
-                fm = ForeignModule(path, text, module, collect(module))
-            except Exception:  # a module that does not parse stays unknown
-                fm = None
-        self._store(path, fm)
+        source = self._blank_except(path, text, keep) if keep is not None else text
+        try:
+            module = cst.parse_module(source)
+            fm = ForeignModule(path, source, module, collect(module))
+        except Exception:  # a module that does not parse stays unknown
+            fm = None
+        self._partial_of[key] = text
+        self._store(key if keep is not None else path, fm)
         return fm
 
+    def _needed(self, path: Path, qual: str) -> frozenset:
+        """Top-level definitions of the file that `qual` reaches through calls within the file."""
+        sheet = self.sheet(path)
+        todo, seen = [qual.partition(".")[0]], set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            fns = [sheet["functions"][name]] if name in sheet["functions"] else list(
+                sheet["classes"].get(name, {}).get("methods", {}).values())
+            for fn in fns:
+                for c in fn["calls"]:
+                    head = c.split(".", 1)[0]
+                    if head in sheet["functions"] or head in sheet["classes"]:
+                        todo.append(head)
+        return frozenset(seen)
+
+    def _blank_except(self, path: Path, text: str, keep: frozenset) -> str:
+        sheet = self.sheet(path)
+        lines = text.splitlines(keepends=True)
+        for table in (sheet["functions"], sheet["classes"]):
+            for name, d in table.items():
+                if name in keep or "span" not in d:
+                    continue
+                a, b = d["span"]
+                for i in range(a - 1, min(b, len(lines))):
+                    ending = lines[i][len(lines[i].rstrip("\r\n")):]
+                    lines[i] = ending
+        return "".join(lines)
 
 _IMPORT_LINE = re.compile(
     r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w., \t]+)|import[ \t]+([\w., \t]+))", re.M)
@@ -416,6 +483,7 @@ def locate(a, node) -> Optional[tuple]:
 
 
 _PROJECTS: dict[tuple, Project] = {}
+_ROOTS: dict[Path, Optional[Path]] = {}
 
 
 def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True) -> Optional[Project]:
@@ -423,7 +491,8 @@ def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache
     if path is None:
         return None
     try:
-        root = find_root(path)
+        d = path.parent.resolve()
+        root = _ROOTS[d] if d in _ROOTS else _ROOTS.setdefault(d, find_root(path))
     except OSError:
         return None
     if root is None:
@@ -435,4 +504,5 @@ def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache
 
         cache = SheetCache.open(root, cache_dir) if use_cache else None
         proj = _PROJECTS[key] = Project(root, cache)
+    proj.generation += 1
     return proj
