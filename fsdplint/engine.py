@@ -201,6 +201,7 @@ def lint_text(
         if rule.code not in codes or not rule.has_static_check():
             continue
         ctx.rule = rule
+        ctx._mentioned.clear()
         try:
             rule().check(ctx)
         except RecursionError:

@@ -7,8 +7,10 @@ from typing import Any, Optional
 
 import libcst as cst
 
+from fsdplint.analysis.classes import Classes
+from fsdplint.analysis.linking import Linking
 from fsdplint.analysis.records import UNKNOWN, Event, Item, Ref, Step
-from fsdplint.apis import CALL_FACTS, api_of
+from fsdplint.apis import CALL_FACTS
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.collect import AttrSet, Call, Scope
 from fsdplint.resolve import dotted
@@ -33,20 +35,7 @@ MODEL_METHODS = {
     "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
 }
 
-# Bounds on the project view per linted file: modules away from it, and modules read.
-_MAX_HOPS = 2
-_MAX_MODULES = 6
-# Trainer methods a subclass overrides that receive the trainer's model as `model`.
-_TRAINER_HOOKS = {"compute_loss", "training_step", "prediction_step", "evaluation_loop", "_save", "save_model"}
-
-
-def _is_test_class(klass: str, methods: list[Scope], c) -> bool:
-    bases = getattr(c, "class_bases", {}).get(klass, ())
-    return (klass.startswith("Test") or any(b.endswith("TestCase") for b in bases)
-            or any(m.name.startswith("test") for m in methods))
-
-
-class Builder:
+class Builder(Classes, Linking):
     """Mixin of `ScriptAnalysis`: turns the collector's records into timelines of events."""
 
     # -- references ------------------------------------------------------------------
@@ -131,53 +120,6 @@ class Builder:
             self._interpret(t)
             self.timelines.append(t)
 
-    def _programs(self, entries: list[Scope]) -> list[list[Scope]]:
-        """Entry scopes grouped into programs: each function alone; the entry methods of a class
-        (not a test case) together, `__init__` first, as `obj = C(...); obj.a(); obj.b()` runs them,
-        so `self.model` set in one method is the model the others use."""
-        out: list[list[Scope]] = []
-        by_class: dict[str, list[Scope]] = {}
-        for scope in entries:
-            if scope.klass is not None and self.c.methods.get((scope.klass, scope.name)) is scope:
-                if scope.klass not in by_class:
-                    by_class[scope.klass] = []
-                    out.append(by_class[scope.klass])
-                by_class[scope.klass].append(scope)
-            else:
-                out.append([scope])
-        result = []
-        for group in out:
-            klass = group[0].klass if len(group) > 1 else None
-            if klass is not None and not _is_test_class(klass, group, self.c):
-                group.sort(key=lambda s: (s.name != "__init__", 0))
-                result.append(group)
-            else:
-                result.extend([s] for s in group)
-        return result
-
-    def _hook_params(self, scope: Scope) -> dict[str, str]:
-        """A Trainer subclass's hooks (`compute_loss(self, model, inputs)`, `training_step(self, model, ...)`)
-        receive the trainer's own model: `model` there is `self.model`."""
-        if scope.klass is None or "model" not in scope.params or scope.name not in _TRAINER_HOOKS:
-            return {}
-        bases = self.c.class_bases.get(scope.klass, ()) if hasattr(self.c, "class_bases") else ()
-        if any(b.endswith("Trainer") for b in bases):
-            return {"model": "self.model"}
-        return {}
-
-    def _assumed_wraps(self, scopes: list[Scope], t: Timeline) -> dict[str, str]:
-        """Parameters annotated with an FSDP type (`def train(model: FSDP)`): wrapped on entry."""
-        out = {}
-        for scope in scopes:
-            for name, ann in getattr(scope, "annotations", {}).items():
-                api = api_of(self.resolver.qualify(ann))
-                state = {"FSDP1": "fsdp1", "FSDPModule": "fsdp2"}.get(api)
-                if state is not None:
-                    key = (f"{scope.name}:" if len(scopes) > 1 else "") + name
-                    out[key] = state
-                    t.model_keys.add(key)
-        return out
-
     def _same_file_callee(self, call: Call, c) -> Optional[Scope]:
         f = call.func
         if f is None:
@@ -190,93 +132,6 @@ class Builder:
 
     def _local_callee(self, call: Call) -> Optional[Scope]:
         return self._callee(call, self._origins.get(id(call.scope)))[0]
-
-    def _callee(self, call: Call, origin) -> tuple[Optional[Scope], Any]:
-        """The function a call runs: a helper of the same file (of `origin`, for code of another module),
-        else a function of another module of the project that may touch the model; else (None, None)."""
-        callee = self._same_file_callee(call, origin.collector if origin is not None else self.c)
-        if callee is not None:
-            return callee, origin
-        if self.project is None or call.api is not None or call.func is None or call.func.startswith("self."):
-            return None, None
-        memo = self._callees.get(id(call))
-        if memo is None:
-            memo = self._callees[id(call)] = self._project_callee(call, origin)
-        return memo
-
-    def _project_callee(self, call: Call, origin) -> tuple[Optional[Scope], Any]:
-        hops = self._hops.get(origin.path, 0) if origin is not None else 0
-        if hops >= _MAX_HOPS:
-            return None, None
-        importer = origin.path if origin is not None else self.path
-        if importer is None:
-            return None, None
-        try:
-            found = self.project.resolve(importer, self._imports(origin), call.func)
-            if found is None:
-                return None, None
-            if not self.project.touches(*found):
-                self._known_calls.add(id(call))  # a project function that does nothing to a model
-                return None, None
-            path, qual = found
-            if path == self.path:  # the linted file, imported back from another module
-                fm, c = None, self.c
-            else:
-                if path not in self._hops and len(self._hops) >= _MAX_MODULES:
-                    return None, None  # bounded work per linted file: further modules stay unknown
-                fm = self.project.module(path, qual)
-                if fm is None:
-                    return None, None
-                c = fm.collector
-        except (OSError, RecursionError):
-            return None, None
-        cls, _, meth = qual.rpartition(".")
-        scope = c.methods.get((cls, meth)) if cls else c.functions.get(meth)
-        if scope is not None and fm is not None and all(m is not fm for m in self._foreign_mods):
-            self._hops.setdefault(fm.path, hops + 1)
-            self._foreign_mods.append(fm)
-            for s in c.scopes:
-                self._origins[id(s)] = fm
-        return scope, fm
-
-    def _imports(self, origin) -> list:
-        if origin is None:
-            imports = self.__dict__.get("_own_imports")
-            if imports is None:
-                from fsdplint.analysis.index import local_imports
-
-                imports = self.__dict__["_own_imports"] = local_imports(self.c)
-            return imports
-        return self.project.sheet(origin.path)["imports"]
-
-    def argument(self, name: str, scope: Scope, _depth: int = 0) -> Optional[cst.BaseExpression]:
-        """For a parameter of a helper inlined at exactly one call: what that call passes (followed through
-        the caller's own bindings), so `def setup(model, policy): FSDP(model, auto_wrap_policy=policy)`
-        reads the caller's policy. None when called from several places, or not passed."""
-        sites = getattr(self, "_inline_sites", {}).get(id(scope))
-        if not sites or len(sites) != 1 or _depth > 4:
-            return None
-        call = sites[0]
-        params = scope.params[1:] if scope.klass and scope.params[:1] == ["self"] else scope.params
-        if name not in params:
-            return None
-        arg = call.arg(params.index(name), name)
-        if arg is None or any(a.star for a in call.node.args):
-            return None
-        if isinstance(arg, (cst.Name, cst.Attribute)):
-            d = dotted(arg)
-            inner = None
-            if d is not None:
-                if d in call.scope.params and call.scope.node is not None:
-                    inner = self.argument(d, call.scope, _depth + 1)
-                else:
-                    inner = self.binding(d, call.scope)
-            return inner
-        return arg
-
-    def module_scope_of(self, scope: Optional[Scope]) -> Scope:
-        fm = self._origins.get(id(scope)) if scope is not None else None
-        return fm.collector.module_scope if fm is not None else self.c.module_scope
 
     def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple,
                origin: Any = None, site: Optional[Call] = None) -> list[Step]:
@@ -323,21 +178,6 @@ class Builder:
                             step.returns.append(probe.key(ed) if ed else "")
             steps.append(step)
         return steps
-
-    # -- code of other modules -----------------------------------------------------------
-    def foreign_site(self, node: cst.CSTNode) -> Optional[tuple]:
-        """For a node of another module of the project: (that module, the call in this file through which
-        it runs, the function it sits in); None for a node of this file."""
-        for fm in self._foreign_mods:
-            unit = fm.collector.top.get(id(node))
-            if unit is None:
-                continue
-            scope = fm.scope_of_def.get(id(unit[0])) if unit[0] != "top" else None
-            site = self._scope_sites.get(id(scope)) if scope is not None else None
-            if site is None:
-                site = next((self._scope_sites[id(s)] for s in fm.collector.scopes if id(s) in self._scope_sites), None)
-            return fm, site, scope
-        return None
 
     def _interpret(self, t: Timeline) -> None:
         for step in t.steps:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
