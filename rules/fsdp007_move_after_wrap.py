@@ -211,8 +211,10 @@ def _fsdp2_offloaded(a, wraps) -> bool:
                 return True
             continue
         expr = a.keyword(e.call, "offload_policy") if e.call is not None else None
-        if expr is not None and expr is not UNKNOWN and a.value(expr, e.call.scope) is not None:
-            return True
+        if expr is not None and expr is not UNKNOWN:
+            v = a.value(expr, e.call.scope)
+            if v is not None and v is not UNKNOWN:  # a policy that may be None on this path is not known offloaded
+                return True
     return False
 
 

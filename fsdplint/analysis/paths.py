@@ -53,7 +53,9 @@ class Paths:
         for i, item in enumerate(items):
             if any(outer.loops or getattr(outer, "whiles", 0) for outer in items[i + 1:]):
                 continue  # this helper runs in a loop: both branches of its `if`s may run
-            prefix = "".join(segments[: len(segments) - i]) if i else step.prefix
+            # A class program's method prefix ("train_step:") comes before the helpers' segments.
+            root = step.prefix[: step.prefix.index(segments[0])] if segments else step.prefix
+            prefix = root + "".join(segments[: len(segments) - i]) if i else step.prefix
             for g in item.guards:
                 test = getattr(g.node, "test", None)
                 if g.branch is None or g.loop_depth or test is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Optional
 
@@ -24,6 +25,8 @@ _HARMLESS_METHODS = {
     "load_state_dict", "num_parameters", "get_nb_trainable_parameters", "forward", "generate", "info", "debug",
     "warning", "print",
 }
+_VERSION_TEST = re.compile(r"fsdp_version\([^)]*\)\s*==\s*([12])\b")
+_ISINSTANCE_TEST = re.compile(r"isinstance\(\s*[\w.]+\s*,\s*(FSDPModule|FullyShardedDataParallel|FSDP)\s*\)")
 _HARMLESS_FUNCS = {"print", "len", "isinstance", "sum", "type", "str", "repr", "id", "hasattr", "getattr", "list"}
 
 
@@ -97,8 +100,33 @@ class Timeline:
         return out
 
     def exclusive(self, a: Event, b: Event) -> bool:
-        """True when the two events sit in branches that never both run (`if x:` / `else:`, `elif`, ...)."""
-        return self.analysis.exclusive(a.step, b.step)
+        """True when the two events sit in branches that never both run (`if x:` / `else:`, `elif`, ...),
+        or one is a wrap of one FSDP version and the other runs only for the other version
+        (`if fsdp_version(model) == 2:`, `if isinstance(model, FSDPModule):`)."""
+        if self.analysis.exclusive(a.step, b.step):
+            return True
+        for x, y in ((a, b), (b, a)):
+            if x.kind in ("wrap1", "shard2"):
+                v = self._version_guard(y.step)
+                if v is not None and v != (1 if x.kind == "wrap1" else 2):
+                    return True
+        return False
+
+    def _version_guard(self, step: Step) -> Optional[int]:
+        """The FSDP version a step's guards (and its inlined call sites' guards) require, if they say."""
+        for c in self.analysis.site_calls(step):
+            for g in c.guards:
+                test = getattr(g.node, "test", None)
+                if test is None or g.branch != "body":
+                    continue
+                text = self.analysis.code(test)
+                m = _VERSION_TEST.search(text)
+                if m:
+                    return int(m.group(1))
+                m = _ISINSTANCE_TEST.search(text)
+                if m and not text.lstrip().startswith("not"):
+                    return 2 if m.group(1) == "FSDPModule" else 1
+        return None
 
     def escapes(self, entity: Optional[str], event: Event) -> bool:
         """True when, before `event`, the model reaches code the analysis cannot see.
