@@ -183,7 +183,7 @@ BNB_QUANT_STORAGE_SINCE = "0.43.0"
 # Every API of QUALIFIED counts by its last name too.
 SUMMARY_WORDS = (
     "from_pretrained", "save_pretrained", "state_dict", "merge_and_unload", "merge_adapter", "optim.",
-    "requires_grad", "torch.save", ".prepare(", "is_main_process", "get_rank",
+    "requires_grad", "torch.save", ".prepare(",
 )
 SUMMARY_CALLS = frozenset({
     "from_pretrained", "save_pretrained", "state_dict", "merge_and_unload", "merge_adapter", "generate",

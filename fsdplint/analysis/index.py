@@ -30,7 +30,7 @@ LIBRARIES = frozenset({
     "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
     "safetensors", "huggingface_hub", "torchtune", "torchao", "lightning", "pytorch_lightning",
 })
-SHEET_VERSION = 3
+SHEET_VERSION = 4
 _MAX_FILE_BYTES = 2_000_000
 _MAX_MODULES = 128  # parsed modules kept per process (libcst trees are large)
 _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
@@ -153,6 +153,7 @@ class Project:
         self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
         self._touch: dict[tuple, bool] = {}
         self._partial_of: dict[tuple, str] = {}  # (path, kept definitions) -> the text it was cut from
+        self._first_part: dict[Path, frozenset] = {}  # path -> the definitions its first partial parse kept
 
     # -- files -------------------------------------------------------------------------
     def text(self, path: Path) -> Optional[str]:
@@ -373,6 +374,8 @@ class Project:
             self._modules.move_to_end(path)
             return full
         keep = self._needed(path, need) if need is not None else None
+        if keep is not None and self._first_part.get(path) not in (None, keep):
+            keep = None  # a second part of the same module wanted: parse it whole, once, for every later call
         key = (path, keep)
         fm = self._modules.get(key)
         if fm is not None and fm.text is not None and self._partial_of.get(key) == text:
@@ -387,6 +390,8 @@ class Project:
         except Exception:  # a module that does not parse stays unknown
             fm = None
         self._partial_of[key] = text
+        if keep is not None:
+            self._first_part.setdefault(path, keep)
         self._store(key if keep is not None else path, fm)
         return fm
 
