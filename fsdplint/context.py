@@ -107,8 +107,10 @@ class LintContext:
             from fsdplint.analysis.index import locate
 
             hit = locate(self.analysis, node)
-            if hit is not None and hit[1] is not None:
+            if hit is not None:
                 self._mentioned.append(node)
+                if hit[1] is None:
+                    return hit[0].start.row
                 node = hit[1].node
         return self.positions.range(node)[0].row
 
