@@ -56,6 +56,11 @@ def site_packages() -> Path:
     for cand in candidates:
         if (cand / "transformers").is_dir():
             return cand
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")  # an environment that extends another's site-packages
+    if spec is not None and spec.origin:
+        return Path(spec.origin).resolve().parent.parent
     raise SystemExit("bench: transformers is not installed in this environment; activate the project venv")
 
 

@@ -159,7 +159,8 @@ def _one(spec: dict, res: Result, which: str | None, echo) -> None:
     if res.error is not None:
         return
     load = os.getloadavg()[0]
-    wall, cpu, rss, tree, rc, text = run_once(spec["cmd"], log=spec.get("log"), sample_tree=spec.get("sample_tree", False))
+    wall, cpu, rss, tree, rc, text = run_once(spec["cmd"], cwd=spec.get("cwd"), log=spec.get("log"),
+                                              sample_tree=spec.get("sample_tree", False))
     lines = [ln for ln in text.splitlines() if ln.strip()]
     res.rc, res.last_line = rc, (lines[-1].strip() if lines else "")
     if "Traceback (most recent call last)" in text and rc in spec.get("ok_codes", (0, 1)):

@@ -31,6 +31,7 @@ sys.path.insert(0, str(BENCH))
 
 import corpus as corpus_mod  # noqa: E402
 import machine  # noqa: E402
+import project as project_mod  # noqa: E402
 import report  # noqa: E402
 from measure import Result, measure_interleaved, unavailable  # noqa: E402
 
@@ -41,7 +42,7 @@ TORCHFIX_VENV = WORK / "venv-torchfix"
 SAMPLE = BENCH / "sample_train.py"
 CONFIGS = ("llama3_8b", "llama3_70b", "llama31_405b")
 WORLD_SIZES = (8, 64, 512)
-SCENARIOS = ("corpus", "single", "audit", "scaling", "bigfile")
+SCENARIOS = ("corpus", "single", "audit", "scaling", "bigfile", "repo", "changed")
 BIGFILE_SIZES = (1_250_000, 2_500_000, 5_000_000)
 OPTIONAL = ("profile",)
 HEAVY_IMPORTS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "rich")
@@ -151,6 +152,7 @@ class Bench:
     notes: dict[str, list[str]] = field(default_factory=dict)
     bigfiles: dict[int, corpus_mod.Corpus] = field(default_factory=dict)
     warmed: set = field(default_factory=set)
+    trees: dict[str, project_mod.Tree] = field(default_factory=dict)
 
     # -- helpers ------------------------------------------------------------------------------------
     def corpus(self, copies: int) -> corpus_mod.Corpus:
@@ -295,6 +297,57 @@ class Bench:
             self.batch([(pkey, {"cmd": pcmd, "ok_codes": (0,), "tool": "parse-only-bigfile"}), (fkey, lint)],
                        self.args.bigfile_runs)
 
+    def project_cmd(self, *extra: str) -> list[str]:
+        """The lint command with the project view's options as given (no automatic --no-cache)."""
+        tool = self.fsdplint
+        return [*tool.cmd, *([tool.jobs_flag, "1"] if tool.jobs_flag else []), "--isolated", "--exit-zero", *extra]
+
+    def scenario_repo(self) -> None:
+        """A whole real repository (`--repo PATH`): parse-only versus fsdplint with the project view, with a
+        warm fact-sheet cache (the warm-up run fills it), with none (`--no-cache`), and file by file
+        (`--no-project`)."""
+        if self.args.repo is None:
+            self.notes["repo"] = ["Not run: give a repository directory with `--repo PATH` "
+                                  "(or FSDPLINT_BENCH_REPO), see README.md."]
+            return
+        tree = self.trees.get("repo") or project_mod.repository(Path(self.args.repo), self.tmp / "repo")
+        self.trees["repo"] = tree
+        cache = self.tmp / "repo-cache"
+        root = str(tree.root)
+        lint_ok = self.fsdplint.lint_ok
+        why = self.fsdplint.lint_why
+
+        def spec(key, *extra):
+            if not lint_ok:
+                return unavailable(key, self.fsdplint.cmd, why)
+            return {"cmd": self.project_cmd(*extra, root), "tool": key}
+
+        self.batch([("parse-only -j 1 [repo]", {"cmd": [sys.executable, str(BENCH / "parse_only.py"), root],
+                                                "ok_codes": (0,), "tool": "parse-only-repo"}),
+                    ("fsdplint -j 1 [repo, cache]", spec("fsdplint-repo-cache", "--cache-dir", str(cache))),
+                    ("fsdplint -j 1 [repo, --no-cache]", spec("fsdplint-repo-nocache", "--no-cache")),
+                    ("fsdplint -j 1 [repo, --no-project]", spec("fsdplint-repo-noproject", "--no-project"))],
+                   self.args.repo_runs)
+
+    def scenario_changed(self) -> None:
+        """One changed file in a generated 1,000-file project, as pre-commit lints it: with the project view
+        (warm cache; and without a cache) versus the same file linted alone (`--no-project`)."""
+        tree = self.trees.get("changed") or project_mod.synthetic(self.tmp / "synthetic", 1000)
+        self.trees["changed"] = tree
+        cache = self.tmp / "synthetic-cache"
+        target = str(tree.target)
+        ok, why = self.fsdplint.lint_ok, self.fsdplint.lint_why
+
+        def spec(key, *extra):
+            if not ok:
+                return unavailable(key, self.fsdplint.cmd, why)
+            return {"cmd": self.project_cmd(*extra, target), "tool": key, "cwd": tree.root}
+
+        self.batch([("fsdplint train.py [1,000 files, --no-project]", spec("changed-alone", "--no-project")),
+                    ("fsdplint train.py [1,000 files, cache]", spec("changed-cache", "--cache-dir", str(cache))),
+                    ("fsdplint train.py [1,000 files, --no-cache]", spec("changed-nocache", "--no-cache"))],
+                   self.args.single_runs)
+
     def scenario_profile(self) -> None:
         """py-spy over the one-job corpus lint; the top costs go into results.md."""
         import profiling
@@ -350,6 +403,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="the fixed subset (default) or the full library trees (hours with TorchFix)")
     ap.add_argument("--audit-args", default="--lora --target-modules q_proj,v_proj --r 16 --fsdp 2",
                     help="arguments for `fsdplint model CONFIG` (the world size is added)")
+    ap.add_argument("--repo", default=os.environ.get("FSDPLINT_BENCH_REPO"),
+                    help="a repository directory for the whole-repository scenario (copied; default: FSDPLINT_BENCH_REPO)")
+    ap.add_argument("--repo-runs", type=int, default=2, help="measured runs per whole-repository command")
     ap.add_argument("--no-torchfix", action="store_true", help="skip TorchFix")
     ap.add_argument("--no-setup", action="store_true", help="do not create the TorchFix venv when it is missing")
     ap.add_argument("--output", type=Path, default=BENCH / "results.md")

@@ -196,3 +196,31 @@ FULLY_SHARD_PUBLIC_PATH_SINCE = "2.6"   # torch.distributed.fsdp.fully_shard
 FULLY_SHARD_IGNORED_PARAMS_SINCE = "2.7"
 PEFT_TARGET_PARAMETERS_SINCE = "0.17.0"
 BNB_QUANT_STORAGE_SINCE = "0.43.0"
+
+# Beyond TRIGGER_WORDS: words and called names in a project function that may load, move, save or
+# transform a model, so its summary is worth computing when another module calls it (analysis/index.py).
+# Every API of QUALIFIED counts by its last name too.
+SUMMARY_WORDS = (
+    "from_pretrained", "save_pretrained", "state_dict", "merge_and_unload", "merge_adapter", "optim.",
+    "requires_grad", "torch.save", ".prepare(",
+)
+SUMMARY_CALLS = frozenset({
+    "from_pretrained", "save_pretrained", "state_dict", "merge_and_unload", "merge_adapter", "generate",
+    "add_adapter", "gradient_checkpointing_enable", "enable_input_require_grads", "clip_grad_norm_", "no_sync",
+    "prepare", "unwrap_model", "get_state_dict", "save_state", "save_model", "requires_grad_", "to_empty",
+})
+
+# What a library call does to the model beyond its name, as facts attached to the call's event
+# (`Event.data`), for rules and the version table (behaviour.py) to read. Per API id or method: the
+# event kind it applies to, the fact, its value, and the keyword that turns it off (with the value that
+# does). Each entry cites where the behaviour was read.
+CALL_FACTS: dict[str, tuple[tuple[str, str, object, str, object, str], ...]] = {
+    # peft 0.21.2 mapping_func.get_peft_model(autocast_adapter_dtype=True) -> BaseTuner._cast_adapter_dtype:
+    # adapter weights of a float16/bfloat16 base are upcast to float32 ("Currently, this only upcasts
+    # float16 and bfloat16 to float32"), so one FSDP1 flat parameter mixes dtypes.
+    "get_peft_model": (("lora", "adapter_dtype", "float32", "autocast_adapter_dtype", False,
+                        "peft/mapping_func.py get_peft_model; peft/tuners/tuners_utils.py _cast_adapter_dtype"),),
+    # peft 0.21.2 PeftModel.from_pretrained(..., autocast_adapter_dtype=True): the same upcast on load.
+    "PeftModel_from_pretrained": (("lora", "adapter_dtype", "float32", "autocast_adapter_dtype", False,
+                                   "peft/peft_model.py PeftModel.from_pretrained"),),
+}

@@ -208,10 +208,14 @@ def main() -> None:
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of each finding.")
 @click.option("--show-fixes", is_flag=True, help="List the available (and applied) fixes.")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (for pre-commit).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache of per-file fact sheets.")
+@click.option("--cache-dir", default=None, envvar="FSDPLINT_CACHE_DIR",
+              help="Where to keep the cache (default: .fsdplint_cache in the project root).")
+@click.option("--no-project", is_flag=True, help="Lint each file alone: do not follow imports of the project's modules.")
 def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_format, exit_zero, jobs,
           stdin_filename, target_version, torch_version, config_path, isolated, show_internal_errors, verbose,
           accelerate_config, model_config, color, output_file, baseline_path, write_baseline_path, add_noqa,
-          statistics, show_fixes, force_exclude, launch_cmds=()) -> None:
+          statistics, show_fixes, force_exclude, no_cache, cache_dir, no_project, launch_cmds=()) -> None:
     """Lint training scripts (files, directories, or `-` for stdin)."""
     from fsdplint.engine import Settings
 
@@ -225,6 +229,9 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             isolated=isolated,
             fix=("unsafe" if unsafe_fixes else "safe") if (fix or diff) else None,
             show_internal_errors=show_internal_errors or verbose,
+            project=not no_project,
+            cache_dir=cache_dir,
+            use_cache=not no_cache,
         )
         from fsdplint.registry import unknown_selectors
 

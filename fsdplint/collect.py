@@ -29,6 +29,8 @@ _NOT_RANK0 = (
     rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)"
 )
 _VERSION = r"(?i)version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature|find_spec"
+_CALLED_HELPER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(\s*\)")
+_SELF_ATTR = re.compile(r"\bself\.([A-Za-z_]\w*)\b(?!\s*\()")
 # `try: ... except ImportError:` makes an import inside optional.
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"})
 
@@ -89,6 +91,8 @@ class Scope:
     attr_sets: list["AttrSet"] = field(default_factory=list)
     dict_sets: list["AttrSet"] = field(default_factory=list)
     returns: list[cst.BaseExpression] = field(default_factory=list)
+    annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)  # parameter -> annotation
+    aliases: list["AttrSet"] = field(default_factory=list)  # `net = model`: a second name (target without a dot)
 
 
 @dataclass(slots=True)
@@ -166,6 +170,7 @@ class Collector(cst.CSTVisitor):
         self.scopes: list[Scope] = [self.module_scope]
         self.functions: dict[str, Scope] = {}
         self.methods: dict[tuple[str, str], Scope] = {}
+        self.class_bases: dict[str, tuple[str, ...]] = {}
         self.calls: list[Call] = []
         self.import_froms: list[tuple[cst.ImportFrom, tuple[Guard, ...]]] = []
         # Version gates that refuse old releases before a scope's code runs (see `_apply_gates`):
@@ -228,7 +233,11 @@ class Collector(cst.CSTVisitor):
 
     def _with_bindings(self, text: str, scopes) -> str:
         """The test with each plain name replaced by what it was last assigned, so
-        `r = dist.get_rank()` ... `if r == 0:` reads as a rank check whatever the name."""
+        `r = dist.get_rank()` ... `if r == 0:` reads as a rank check whatever the name; a property
+        (`self.is_chief`) or a helper without arguments (`is_chief()`) reads as what it returns."""
+        if "(" in text or "self." in text:
+            text = _CALLED_HELPER.sub(lambda m: self._returned(self.functions.get(m.group(1))) or m.group(0), text)
+            text = _SELF_ATTR.sub(lambda m: self._returned(self._property(m.group(1))) or m.group(0), text)
         values = {}
         for name in set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)):
             for scope in scopes:
@@ -239,6 +248,18 @@ class Collector(cst.CSTVisitor):
         if not values:
             return text
         return re.sub(r"(?<![\w.])[A-Za-z_]\w*", lambda m: f"({values[m.group(0)]})" if m.group(0) in values else m.group(0), text)
+
+    def _property(self, name: str) -> Optional[Scope]:
+        for (_, meth), scope in self.methods.items():
+            if meth == name and "property" in scope.decorators:
+                return scope
+        return None
+
+    def _returned(self, scope: Optional[Scope]) -> Optional[str]:
+        """The text of what a helper without parameters (or a property) returns, if it returns one thing."""
+        if scope is None or len(scope.returns) != 1 or len([p for p in scope.params if p != "self"]):
+            return None
+        return f"({self._text(scope.returns[0])})"
 
     # -- blocks & statements -------------------------------------------------------
     def visit_IndentedBlock(self, node) -> None:
@@ -364,6 +385,8 @@ class Collector(cst.CSTVisitor):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._enter_stmt(node)
         self._class_stack.append(node.name.value)
+        if len(self._scope_stack) == 1:
+            self.class_bases[node.name.value] = tuple(d for b in node.bases for d in [dotted(b.value)] if d)
 
     def leave_ClassDef(self, node) -> None:
         self._class_stack.pop()
@@ -378,6 +401,9 @@ class Collector(cst.CSTVisitor):
         klass = self._class_stack[-1] if self._class_stack else None
         decorators = [dotted(d.decorator if not isinstance(d.decorator, cst.Call) else d.decorator.func) or "" for d in node.decorators]
         scope = Scope(node.name.value, node, params, klass, decorators)
+        for p in (*node.params.params, *node.params.posonly_params, *node.params.kwonly_params):
+            if p.annotation is not None:
+                scope.annotations[p.name.value] = p.annotation.annotation
         self.scopes.append(scope)
         if klass is not None and len(self._scope_stack) == 1:
             self.methods[(klass, node.name.value)] = scope
@@ -420,6 +446,9 @@ class Collector(cst.CSTVisitor):
         stmt = self._stmt[-1] if self._stmt else None
         if isinstance(target, cst.Name):
             scope.assigns.setdefault(target.value, []).append((self._seq, value))
+            if isinstance(value, (cst.Name, cst.Attribute)):
+                scope.aliases.append(
+                    AttrSet(target.value, None, value, self._next(), stmt, scope, tuple(self._guards), tuple(self._loops)))
             if len(self._scope_stack) == 1 and isinstance(value, (cst.Attribute, cst.Name)):
                 self.resolver.add_alias(target.value, value)
         elif isinstance(target, (cst.Tuple, cst.List)):

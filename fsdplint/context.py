@@ -30,14 +30,16 @@ def _code_only(text: str) -> str:
 
 
 class Report:
-    __slots__ = ("rule", "node", "message", "fix", "setting", "severity")
+    __slots__ = ("rule", "node", "message", "fix", "setting", "severity", "related")
 
-    def __init__(self, rule, node, message, fix, setting=None, severity=None) -> None:
+    def __init__(self, rule, node, message, fix, setting=None, severity=None, related=()) -> None:
         self.rule, self.node, self.message, self.fix = rule, node, message, fix
         # A launch-config setting outside the script (a YAML line) the finding points at.
         self.setting = setting
         # None: the rule's own severity (a version-dependent finding on an unknown version is lower).
         self.severity = severity
+        # Other nodes the finding depends on (perhaps in another module of the project): related locations.
+        self.related = tuple(related)
 
 
 class LintContext:
@@ -55,6 +57,8 @@ class LintContext:
         rule_options: Mapping[str, Mapping[str, Any]] = {},
         use_installed: bool = True,
         strict_versions: bool = False,
+        project: Any = None,
+        collector: Any = None,
     ) -> None:
         self.filename = filename
         self.path = path
@@ -67,8 +71,12 @@ class LintContext:
         self._rule_options = rule_options
         self._use_installed = use_installed
         self.strict_versions = strict_versions
+        # The project the file belongs to (fsdplint/analysis/index.py), None for a lone file.
+        self.project = project
+        self._collector = collector  # the collector of a parse another file's analysis already made
         self._versions: dict[str, versions.TargetVersion] = {}
         self.reports: list[Report] = []
+        self._mentioned: list = []  # nodes of other modules whose line a message names (see `line`)
         self.rule: Optional[type["Rule"]] = None
 
     @cached_property
@@ -91,7 +99,10 @@ class LintContext:
                     env = arguments.bind(defs, launch, dirs)
             except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError):
                 env = None  # the arguments stay unknown: the analysis goes on without them
-        a = ScriptAnalysis(self.module, env=env)
+        a = ScriptAnalysis(self.module, self._collector, env=env, project=self.project,
+                           path=self.path if self.project is not None else None)
+        if self.project is not None and a.path is not None:
+            self.project.remember(a.path, self.source, self.module, a.c)
         yaml_facts = self.options.get("launch")
         if yaml_facts is None and launch is not None:
             if not dirs:
@@ -200,18 +211,33 @@ class LintContext:
         return Positions(self.module, self.source, self.analysis.c.top)
 
     def line(self, node: cst.CSTNode) -> int:
-        """1-based line of a node."""
+        """1-based line of a node. For a node of another module of the project: the line of the call in
+        this file that runs it (the next report names the other place as a related location)."""
+        if id(node) not in self.analysis.c.top:
+            from fsdplint.analysis.index import locate
+
+            hit = locate(self.analysis, node)
+            if hit is not None:
+                self._mentioned.append(node)
+                if hit[1] is None:
+                    return hit[0].start.row
+                node = hit[1].node
         return self.positions.range(node)[0].row
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
     def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None,
-               severity=None) -> None:
+               severity=None, related: tuple = ()) -> None:
+        """Report at `node`. A node of another module of the project is reported at the call in this file
+        through which it runs, naming the other place (the engine does that); `related`: nodes (or events)
+        the finding depends on, shown as related locations when they sit in another module."""
         rule = self.rule
         assert rule is not None, "report() outside a rule"
+        nodes = tuple(getattr(r, "node", r) for r in related) + tuple(self._mentioned)
+        self._mentioned.clear()
         self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix,
-                                   severity=severity))
+                                   severity=severity, related=nodes))
 
     def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None,
                        severity=None) -> None:

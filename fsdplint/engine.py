@@ -46,6 +46,10 @@ class Settings:
     options: dict[str, Any] = field(default_factory=dict)
     use_installed: bool = True
     prefilter: bool = True
+    # The project view (analysis/index.py): imports of the project's own modules are followed.
+    project: bool = True
+    cache_dir: Optional[str] = None  # default: <project root>/.fsdplint_cache
+    use_cache: bool = True
 
 
 @dataclass
@@ -150,7 +154,9 @@ def lint_text(
         return []
     launch = settings.options.get("launch")
     report = SYNTAX_ERROR in codes
-    if settings.prefilter and launch is None and not any(w in text for w in TRIGGER_WORDS):
+    project = _project(settings, path)
+    if settings.prefilter and launch is None and not any(w in text for w in TRIGGER_WORDS) and not (
+            project is not None and _imports_touching(project, path, text)):
         # Nothing any rule looks for: only make sure the file parses.
         bad = _cpython_verdict(text, filename)
         return [bad] if bad is not None and report else []
@@ -160,8 +166,9 @@ def lint_text(
         bad = _cpython_verdict(text, filename)
         if bad is not None:
             return [bad] if report else []
+    parsed = project.parsed(path, text) if project is not None else None
     try:
-        module = cst.parse_module(text)
+        module = parsed.module if parsed is not None else cst.parse_module(text)
     except cst.ParserSyntaxError as e:
         if not report:
             return []
@@ -197,6 +204,8 @@ def lint_text(
         rule_options=fcfg.config.rules,
         use_installed=settings.use_installed,
         strict_versions=fcfg.config.strict_versions,
+        project=project,
+        collector=parsed.collector if parsed is not None else None,
     )
     errors: list[Finding] = []
     for rule in all_rules():
@@ -205,6 +214,7 @@ def lint_text(
         if rule.needs_fsdp and not ctx.fsdp_in_job:
             continue  # no FSDP anywhere in the job: not fsdplint's to judge
         ctx.rule = rule
+        ctx._mentioned.clear()
         try:
             rule().check(ctx)
         except RecursionError:
@@ -224,8 +234,21 @@ def lint_text(
         pos = ctx.positions
         seen = set()
         notes = branch_notes(ctx) if settings.options.get("run") is not None or "add_argument" in text or "Parser" in text else None
+        from fsdplint.analysis.index import locate
+
+        a = ctx.analysis
         for r in ctx.reports:
-            start, end = pos.range(r.node)
+            node, message = r.node, r.message
+            related = [x[0] for x in (locate(a, n) for n in r.related) if x is not None]
+            foreign = locate(a, node)
+            if foreign is not None:
+                # The node sits in another module: report at the call in this file that runs it.
+                site = foreign[1]
+                if site is None:
+                    continue
+                node, related = site.node, [foreign[0], *related]
+                message = f"{message} (in {foreign[0].filename}:{foreign[0].start.row})"
+            start, end = pos.range(node)
             key = (r.rule.code, start)  # one finding per code and place, even if several causes
             if key in seen:
                 continue
@@ -236,7 +259,7 @@ def lint_text(
             if noqa.suppresses(r.rule.code, (start.row, end.row)):
                 continue
             fix = None
-            if r.fix is not None and fcfg.fixable(r.rule.code):
+            if r.fix is not None and fcfg.fixable(r.rule.code) and foreign is None:
                 fix = to_fix(r.fix, pos, module.default_newline)
             findings.append(
                 Finding(
@@ -246,9 +269,10 @@ def lint_text(
                     filename=filename,
                     start=start,
                     end=end,
-                    message=r.message + note,
+                    message=message + note,
                     fix=fix,
                     source_line=pos.line_text(start.row),
+                    related=related,
                 )
             )
     findings.extend(errors)
@@ -262,6 +286,30 @@ def lint_text(
                     _finding(UNUSED_NOQA, filename, f"unused `noqa` directive (non-matching: {', '.join(unused)})", d.row, col, line)
                 )
     return findings
+
+
+def _project(settings: Settings, path: Optional[Path]):
+    if not settings.project or path is None:
+        return None
+    from fsdplint.analysis.index import project_for
+
+    try:
+        return project_for(path, settings.cache_dir, settings.use_cache)
+    except OSError:
+        return None
+
+
+def _imports_touching(project, path: Path, text: str) -> bool:
+    """A file that names no model operation, but imports a project function that does (`train.py` calling
+    `build_model()` from `model_utils.py`): linted with the project view."""
+    from fsdplint.analysis.index import quick_imports
+
+    if "import" not in text:
+        return False
+    try:
+        return project.imports_touching(path.resolve(), quick_imports(text))
+    except (OSError, RecursionError):
+        return False
 
 
 def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
@@ -467,8 +515,23 @@ def _with_deep_stack(fn, *args):
     return value
 
 
+_GC_TUNED = False
+
+
+def _tune_gc() -> None:
+    """Fewer cyclic-GC passes: syntax trees are freed by reference counting (they hold no cycles), but the
+    project view keeps parsed modules alive, and every full pass would walk them all again."""
+    global _GC_TUNED
+    if not _GC_TUNED:
+        import gc
+
+        gc.set_threshold(50_000, 20, 100)
+        _GC_TUNED = True
+
+
 def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
     """Lint (and with `settings.fix`, fix in memory) one file. `text` is given for stdin."""
+    _tune_gc()
     return _with_deep_stack(_lint_file, filename, settings, text)
 
 

@@ -62,6 +62,23 @@ class Fix:
         }
 
 
+@dataclass(frozen=True)
+class Related:
+    """Another place a finding depends on, e.g. the wrap in another module of the project."""
+
+    filename: str
+    start: Position
+    end: Position
+    message: str
+
+    def to_json(self) -> dict:
+        return {"filename": self.filename, "location": {"row": self.start.row, "column": self.start.column},
+                "end_location": {"row": self.end.row, "column": self.end.column}, "message": self.message}
+
+    def text(self) -> str:
+        return f"{self.filename}:{self.start.row}:{self.start.column}: {self.message}"
+
+
 @dataclass
 class Finding:
     code: str
@@ -76,8 +93,7 @@ class Finding:
     source_line: str = ""
     # Extra facts a finding depends on, e.g. {"torch": "2.6 (from pyproject.toml)"}.
     notes: dict = field(default_factory=dict)
-    # The other half of a finding that spans files, e.g. the launch command that leads to it:
-    # (filename, row, message, source line) each; SARIF relatedLocations, a second location in `full` text.
+    # The other half of a finding that spans files (SARIF relatedLocations, a second line in text output).
     related: list = field(default_factory=list)
 
     @property
@@ -88,7 +104,7 @@ class Finding:
         return (self.filename, self.start.row, self.start.column, self.code)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "code": self.code,
             "name": self.name,
             "severity": self.severity.value,
@@ -99,6 +115,9 @@ class Finding:
             "url": self.url,
             "fix": self.fix.to_json() if self.fix else None,
         }
+        if self.related:
+            out["related"] = [r.to_json() for r in self.related]
+        return out
 
 
 def finding_from_json(d: dict) -> Finding:
@@ -126,4 +145,7 @@ def finding_from_json(d: dict) -> Finding:
         end=Position(d["end_location"]["row"], d["end_location"]["column"]),
         message=d["message"],
         fix=fix,
+        related=[Related(r["filename"], Position(r["location"]["row"], r["location"]["column"]),
+                         Position(r["end_location"]["row"], r["end_location"]["column"]), r["message"])
+                 for r in d.get("related", ())],
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from fsdplint.findings import Finding
+from fsdplint.findings import Finding, Position, Related
 
 
 @dataclass
@@ -87,7 +87,9 @@ def merge(runs: list[Run], defaults: list[Finding], per_run: list[list[Finding]]
                 if launch.file != f.filename or launch.line != f.start.row:
                     lines = launch.text.splitlines()
                     line = lines[launch.line - 1] if 0 < launch.line <= len(lines) else ""
-                    f.related.append((launch.file, launch.line, "the launch that leads to this finding", line))
+                    col = len(line) - len(line.lstrip()) + 1
+                    f.related.append(Related(launch.file, Position(launch.line, col), Position(launch.line, len(line) + 1),
+                                             "the launch that leads to this finding"))
             head, sep, last = f.message.rpartition(" (when ")
             if sep and last.endswith(")") and "(" not in last:
                 f.message = f"{head} (when {last[:-1]}; {launched})"

@@ -1,5 +1,8 @@
+import libcst as cst
+
 from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Severity
+from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 
 LABEL = {"wrap1": "FullyShardedDataParallel", "shard2": "fully_shard", "prepare": "accelerator.prepare (FSDP)"}
@@ -79,6 +82,13 @@ class MoveAfterWrap(Rule):
                 model = self._prepare_one(model, first_pass=True)
                 model = self._prepare_one(model)
                 return model
+        """,
+        # The policy may be None on this path (an actor keeps its shards on the GPU): not known offloaded.
+        """
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+        offload = None if role == "actor" else CPUOffloadPolicy(pin_memory=True)
+        fully_shard(model, offload_policy=offload)
+        model.to("cuda")
         """,
         """
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -245,8 +255,15 @@ def _fsdp2_offloaded(a, wraps) -> bool:
                 return True
             continue
         expr = a.keyword(e.call, "offload_policy") if e.call is not None else None
-        if expr is not None and expr is not UNKNOWN and a.value(expr, e.call.scope) is not None:
-            return True
+        if expr is not None and expr is not UNKNOWN:
+            v = a.value(expr, e.call.scope)
+            if v is UNKNOWN and isinstance(expr, (cst.Name, cst.Attribute)):
+                # `CPUOffloadPolicy()` bound to a name counts; `None if actor else CPUOffloadPolicy()` is not known.
+                d = dotted(expr)
+                bound = a.binding(d, e.call.scope) if d else None
+                v = UNKNOWN if isinstance(bound, cst.Call) else None
+            if v is not None:
+                return True
     return False
 
 

@@ -256,6 +256,12 @@ def _is_trained(a, t, load) -> bool:
     entities = {t.find(k) for k in keys}
     if any(e.kind in TRAINED and e.entity in entities for e in t.events):
         return True
+    for step in t.steps:  # `Trainer(model=m)` with any name for the model (`net = model`)
+        trainer = step.call
+        m = trainer.arg(0, "model") if trainer is not None and trainer.api == "Trainer" else None
+        r = a.ref(m, step) if m is not None else None
+        if r is not None and t.find(r.key) in entities:
+            return True
     names = {k.rsplit(":", 1)[-1] for k in keys}
     for trainer in a.calls("Trainer"):
         m = trainer.arg(0, "model")

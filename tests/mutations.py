@@ -288,3 +288,171 @@ def argparse_flags(src: str, rng: random.Random) -> str:
     body[first] = line.with_changes(body=[*[x.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for x in line.body],
                                           *extra])
     return module.with_changes(body=[*body[:first + 1], *rest.body]).code
+
+
+# -- refactorings real projects go through (the project view must keep the findings) ----------------
+
+_LOADERS = ("from_pretrained",)
+_WRAPPERS = ("FSDP", "FullyShardedDataParallel", "fully_shard", "get_peft_model", "prepare_model_for_kbit_training")
+
+
+def _call_name(expr) -> str:
+    if isinstance(expr, cst.Call):
+        f = expr.func
+        return f.attr.value if isinstance(f, cst.Attribute) else f.value if isinstance(f, cst.Name) else ""
+    return ""
+
+
+def _candidates(module: cst.Module, names) -> list[tuple]:
+    """(block owner, index, statement) for `X = call(...)` / `call(...)` statements directly in the module
+    body or a top-level function body, whose call is one of `names`."""
+    out = []
+    owners = [(None, module.body)] + [(s, s.body.body) for s in module.body
+                                      if isinstance(s, cst.FunctionDef) and isinstance(s.body, cst.IndentedBlock)]
+    for owner, body in owners:
+        for i, stmt in enumerate(body):
+            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
+            if isinstance(small, cst.Assign) and not (len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)):
+                continue
+            if _call_name(value) in names:
+                out.append((owner, i, stmt))
+    return out
+
+
+def _free_names(stmt, imported: set[str]) -> list[str]:
+    names: list[str] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Attribute(self, node):
+            node.value.visit(self)
+            return False
+
+        def visit_Arg(self, node):
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node):
+            if node.value not in imported and node.value not in names and node.value not in ("True", "False", "None"):
+                names.append(node.value)
+
+    value = stmt.body[0].value
+    value.visit(V())
+    return names
+
+
+def _extract(src: str, rng: random.Random, names) -> tuple[str, str, str]:
+    """Move one statement into a helper `def _helper_(...)` that returns what it binds.
+    Returns (script, helper source, helper name); the script unchanged (and no helper) when nothing fits."""
+    module = cst.parse_module(src)
+    found = _candidates(module, names)
+    if not found:
+        return src, "", ""
+    owner, index, stmt = rng.choice(found)
+    small = stmt.body[0]
+    params = _free_names(stmt, _imported_names(module) | {"self"})
+    args = ", ".join(params)
+    if isinstance(small, cst.Assign):
+        target = small.targets[0].target.value
+        params = [p for p in params]
+        helper = f"def _helper_({args}):\n    {target} = {module.code_for_node(small.value)}\n    return {target}\n"
+        call = cst.parse_statement(f"{target} = _helper_({args})\n")
+    else:
+        helper = f"def _helper_({args}):\n    {module.code_for_node(small.value)}\n"
+        call = cst.parse_statement(f"_helper_({args})\n")
+    call = call.with_changes(leading_lines=stmt.leading_lines)
+
+    class T(cst.CSTTransformer):
+        def leave_SimpleStatementLine(self, original, updated):
+            return call if original is stmt else updated
+
+    return module.visit(T()).code, helper, "_helper_"
+
+
+def _imports_of(src: str) -> str:
+    module = cst.parse_module(src)
+    return "".join(module.code_for_node(s) for s in module.body if _is_import(s)
+                   or (isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.ImportFrom)))
+
+
+def extract_helper(src: str, rng: random.Random) -> str:
+    """Extract the model's loading, LoRA injection or wrapping into a helper of the same file that
+    returns the model (`model = _helper_(name, cfg)`)."""
+    script, helper, _ = _extract(src, rng, _LOADERS + _WRAPPERS)
+    if not helper:
+        return src
+    module = cst.parse_module(script)
+    body = list(module.body)
+    at = 0
+    while at < len(body) and (_is_import(body[at]) or (isinstance(body[at], cst.SimpleStatementLine)
+                                                        and isinstance(body[at].body[0], (cst.ImportFrom, cst.Expr)))):
+        at += 1
+    body.insert(at, cst.parse_statement(helper))
+    return module.with_changes(body=body).code
+
+
+def move_helper_to_module(src: str, rng: random.Random) -> dict[str, str]:
+    """Extract as `extract_helper`, into another module of a package: {"model_utils.py": ..., "train.py": ...}
+    where train.py imports it relatively (`from .model_utils import _helper_`)."""
+    script, helper, name = _extract(src, rng, _LOADERS + _WRAPPERS)
+    if not helper:
+        return {"train.py": src}
+    module = cst.parse_module(script)
+    body = list(module.body)
+    at = 0
+    while at < len(body) and isinstance(body[at], cst.SimpleStatementLine) and isinstance(
+            body[at].body[0], (cst.ImportFrom, cst.Import, cst.Expr)):
+        at += 1
+    body.insert(at, cst.parse_statement(f"from .model_utils import {name}\n"))
+    return {"model_utils.py": _imports_of(src) + "\n\n" + helper, "train.py": module.with_changes(body=body).code}
+
+
+def second_name(src: str, rng: random.Random) -> str:
+    """After the model is loaded (`model = X.from_pretrained(...)`), give it a second name and use only that
+    from then on in the same block."""
+    module = cst.parse_module(src)
+    found = [c for c in _candidates(module, _LOADERS) if isinstance(c[2].body[0], cst.Assign)]
+    if not found:
+        return src
+    owner, index, stmt = rng.choice(found)
+    name = stmt.body[0].targets[0].target.value
+    alias = f"{name}_2nd"
+    body = list(owner.body.body if owner is not None else module.body)
+    rest = [_rename_node(s, {name: alias}) for s in body[index + 1:]]
+    new_body = body[:index + 1] + [cst.parse_statement(f"{alias} = {name}\n")] + rest
+    if owner is None:
+        return module.with_changes(body=new_body).code
+
+    class T(cst.CSTTransformer):
+        def leave_FunctionDef(self, original, updated):
+            return updated.with_changes(body=updated.body.with_changes(body=new_body)) if original is owner else updated
+
+    return module.visit(T()).code
+
+
+def _rename_node(stmt, mapping):
+    """`_RenameNames` over one statement (wrapped in a module for the parent metadata)."""
+    mod = cst.Module(body=[stmt])
+    return _rename(mod, mapping).body[0]
+
+
+def into_class(src: str, rng: random.Random) -> str:
+    """Turn the top-level script into a trainer class: its statements run in `__init__`, with the model
+    kept as `self.model`; the class is instantiated where the script ran."""
+    module = cst.parse_module(src)
+    body = list(module.body)
+    keep = [s for s in body if _is_import(s) or isinstance(s, (cst.FunctionDef, cst.ClassDef))
+            or (isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.ImportFrom, cst.Import)))]
+    moved = [s for s in body if s not in keep]
+    if not moved or "model" not in _binding_names(cst.Module(body=moved)):
+        return src
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) and body[0] in moved:
+        moved = moved[1:]
+        keep = [body[0]] + keep
+    renamed = _rename(cst.Module(body=moved), {"model": "self.model"}).body
+    cls = cst.ClassDef(name=cst.Name("Job_"), body=cst.IndentedBlock(body=[cst.FunctionDef(
+        name=cst.Name("__init__"), params=cst.Parameters(params=[cst.Param(cst.Name("self"))]),
+        body=cst.IndentedBlock(body=list(renamed)))]))
+    return module.with_changes(body=keep + [cls, cst.parse_statement("Job_()\n")]).code

@@ -164,7 +164,58 @@ def test_fix_output_reparses_and_is_idempotent_on_every_fixture(name):
     check_fix(original(name)[0], name)
 
 
+# -- refactorings of real projects: the project view keeps the findings ------------------------------------
 BUGGY = [n for n in NAMES if n.endswith("_buggy.py")]
+
+
+def lint_package(files: dict, name: str, tmp: Path) -> list[tuple[str, int]]:
+    """(code, row) of the findings on pkg/train.py, linted as a module of a package with its siblings."""
+    (tmp / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    pkg = tmp / "pkg"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    for fname, text in files.items():
+        (pkg / fname).write_text(text)
+    r = CliRunner().invoke(main, ["check", "--isolated", "--output-format", "json", "--exit-zero", "--no-cache",
+                                  *TARGETS, *_args(name), str(pkg / "train.py")])
+    assert r.exit_code == 0, r.output
+    found = json.loads(r.stdout)
+    assert all(f["code"] not in ("FSDP900", "FSDP901") for f in found), found
+    # The helper's module is read, not reported (a launch config's own lines may be).
+    assert {f["filename"] for f in found if not f["filename"].endswith((".yaml", ".yml"))} <= {str(pkg / "train.py")}
+    return [(f["code"], f["location"]["row"]) for f in found]
+
+
+def _codes(found) -> Counter:
+    return Counter(c for _, c, _, _ in found)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", BUGGY)
+def test_extracted_helper_keeps_findings(name, seed):
+    text, before = original(name)
+    assert _codes(lint(mutations.extract_helper(text, random.Random(seed)), name)) == _codes(before)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", BUGGY)
+def test_helper_in_another_module_keeps_findings(name, seed, tmp_path):
+    text, before = original(name)
+    files = mutations.move_helper_to_module(text, random.Random(seed))
+    got = lint_package(files, name, tmp_path)
+    assert Counter(c for c, _ in got) == _codes(before)
+
+
+@pytest.mark.parametrize("name", BUGGY)
+def test_second_name_keeps_findings(name):
+    text, before = original(name)
+    assert _codes(lint(mutations.second_name(text, random.Random(0)), name)) == _codes(before)
+
+
+@pytest.mark.parametrize("name", BUGGY)
+def test_trainer_class_keeps_findings(name):
+    text, before = original(name)
+    assert _codes(lint(mutations.into_class(text, random.Random(0)), name)) == _codes(before)
 
 
 @FUZZ

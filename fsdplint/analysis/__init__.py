@@ -8,8 +8,11 @@ inlined, and a union-find over names so `model = FSDP(model)`,
 model. When the analysis cannot tell, it records nothing and rules stay silent.
 
 The package: `records` (steps, events, refs), `timeline` (one program's order and queries),
-`builder` (from collector records to timelines), `values` (constants of expressions), `paths`
-(branch exclusivity, rank guards), `script` (`ScriptAnalysis`, the facade rules use).
+`builder` (from collector records to timelines), `classes` (a class's methods as one program),
+`linking` (calls into other modules of the project, run as if inlined), `index` (the project: its root,
+imports between its modules, per-file fact sheets), `cache` (fact sheets on disk by content hash),
+`values` (constants of expressions), `paths` (branch exclusivity, rank guards), `script`
+(`ScriptAnalysis`, the facade rules use).
 """
 
 from fsdplint.analysis.builder import HOLDERS, MODEL_METHODS, SAME_MODEL_APIS, SAME_MODEL_METHODS, TRANSPARENT

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import libcst as cst
 
-from fsdplint.analysis.records import Event, Item, Ref, Step
+from fsdplint.analysis.classes import Classes
+from fsdplint.analysis.linking import Linking
+from fsdplint.analysis.records import UNKNOWN, Event, Item, Ref, Step
+from fsdplint.apis import CALL_FACTS
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.collect import AttrSet, Call, Scope
 from fsdplint.resolve import dotted
@@ -31,9 +35,7 @@ MODEL_METHODS = {
     "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
 }
 
-
-
-class Builder:
+class Builder(Classes, Linking):
     """Mixin of `ScriptAnalysis`: turns the collector's records into timelines of events."""
 
     # -- references ------------------------------------------------------------------
@@ -82,43 +84,72 @@ class Builder:
         return Ref(key, child, tuple(rest))
 
     # -- timeline construction -------------------------------------------------------
+    # Set by `ScriptAnalysis`: the project the file belongs to (analysis/index.py) and the file's path.
+    project: Any = None
+    path: Optional[Path] = None
+
     def _build(self) -> None:
         self._derived: dict[str, str] = {}
+        self._origins: dict[int, Any] = {}  # id(scope) -> the other module of the project it belongs to
+        self._foreign_mods: list = []
+        self._segments: dict[str, Call] = {}  # "<module>.<seq>" -> a call in another module a helper ran through
+        self._scope_sites: dict[int, Call] = {}  # id(scope of another module) -> first call site in this file
+        self._foreign_seen: set[int] = set()
+        # ids of calls to functions whose code the analysis saw (inlined) or knows harmless (`Timeline.escapes`).
+        self._known_calls: set[int] = set()
+        self._hops: dict[Path, int] = {}  # module of the project -> how many modules away from this file
+        self._callees: dict[int, tuple] = {}  # id(call) -> its project callee (memo)
+        self._inline_sites: dict[int, list[Call]] = {}  # id(helper scope) -> the calls it was inlined at
+        self.foreign_calls: list[Call] = []
         called: set[int] = set()
         for call in self.c.calls:
-            callee = self._local_callee(call)
+            callee = self._same_file_callee(call, self.c)
             if callee is not None and callee is not call.scope:
                 called.add(id(callee))
-        for scope in self.c.scopes:
-            if id(scope) in called:
-                continue
-            steps = self._steps(scope, {}, "", 0, (id(scope),))
+        entries = [s for s in self.c.scopes if id(s) not in called]
+        for scopes in self._programs(entries):
+            steps: list[Step] = []
+            for scope in scopes:
+                prefix = f"{scope.name}:" if len(scopes) > 1 else ""
+                steps.extend(self._steps(scope, self._hook_params(scope), prefix, 0, (id(scope),)))
             if not steps:
                 continue
-            t = Timeline(self, scope, steps)
+            t = Timeline(self, scopes[0], steps)
+            t.assumed = self._assumed_wraps(scopes, t)
             self._derived = {}
             self._interpret(t)
             self.timelines.append(t)
 
-    def _local_callee(self, call: Call) -> Optional[Scope]:
+    def _same_file_callee(self, call: Call, c) -> Optional[Scope]:
         f = call.func
         if f is None:
             return None
         if "." not in f:
-            return self.c.functions.get(f)
+            return c.functions.get(f)
         if f.startswith("self.") and f.count(".") == 1 and call.scope.klass:
-            return self.c.methods.get((call.scope.klass, f[5:]))
+            return c.methods.get((call.scope.klass, f[5:]))
         return None
 
-    def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple) -> list[Step]:
-        items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets], key=lambda i: i.seq)
+    def _local_callee(self, call: Call) -> Optional[Scope]:
+        return self._callee(call, self._origins.get(id(call.scope)))[0]
+
+    def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple,
+               origin: Any = None, site: Optional[Call] = None) -> list[Step]:
+        items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets, *scope.aliases], key=lambda i: i.seq)
         if self._dead:  # code the known argument values rule out
             items = [i for i in items if id(i) not in self._dead]
         steps: list[Step] = []
         for item in items:
-            step = Step(item, prefix, mapping)
-            callee = self._local_callee(item) if isinstance(item, Call) else None
+            step = Step(item, prefix, mapping, origin=origin, site=site)
+            if origin is not None and isinstance(item, Call) and id(item) not in self._foreign_seen:
+                self._foreign_seen.add(id(item))
+                self.foreign_calls.append(item)
+            callee, callee_origin = self._callee(item, origin) if isinstance(item, Call) else (None, None)
             if callee is not None and depth < 4 and id(callee) not in stack:
+                self._known_calls.add(id(item))
+                sites = self._inline_sites.setdefault(id(callee), [])
+                if item not in sites:
+                    sites.append(item)
                 sub_map: dict[str, str] = {}
                 params = callee.params[1:] if callee.klass and callee.params[:1] == ["self"] else callee.params
                 for i, p in enumerate(params):
@@ -126,8 +157,17 @@ class Builder:
                     d = dotted(arg) if arg is not None else None
                     if d is not None:
                         sub_map[p] = step.key(d) if d.split(".")[0] not in HOLDERS else d
-                sub_prefix = f"{prefix}{callee.name}@{item.seq}:"
-                sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),))
+                if origin is None:
+                    tag = str(item.seq)
+                else:
+                    tag = f"{self._foreign_mods.index(origin) + 1}.{item.seq}"
+                    self._segments[tag] = item
+                sub_site = item if origin is None and callee_origin is not None else site
+                if callee_origin is not None:
+                    self._scope_sites.setdefault(id(callee), sub_site)
+                sub_prefix = f"{prefix}{callee.name}@{tag}:"
+                sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),),
+                                  callee_origin, sub_site)
                 steps.extend(sub)
                 probe = Step(item, sub_prefix, sub_map)
                 for r in callee.returns:
@@ -150,8 +190,22 @@ class Builder:
             call = item
             for ev in self._classify(t, step, call):
                 ev.timeline = t
+                self._library_facts(call, ev)
                 t.events.append(ev)
             self._bind_result(t, step, call)
+
+    def _library_facts(self, call: Call, ev: Event) -> None:
+        """What the library call does beyond its name (apis.CALL_FACTS), as facts on the event:
+        e.g. `adapter_dtype="float32"` for `get_peft_model` unless `autocast_adapter_dtype=False`."""
+        for kind, fact, value, keyword, off, _cite in CALL_FACTS.get(call.api or "", ()):
+            if kind != ev.kind or fact in ev.data:
+                continue
+            given = call.kw(keyword)
+            if given is not None:
+                v = self.value(given, call.scope)
+                if v is UNKNOWN or v == off:
+                    continue  # turned off, or it cannot be told: no fact
+            ev.data[fact] = value
 
     def _bind_result(self, t: Timeline, step: Step, call: Call) -> None:
         targets = call.targets
@@ -218,6 +272,12 @@ class Builder:
     def _interpret_attr(self, t: Timeline, step: Step, a: AttrSet) -> None:
         if a.key is not None:
             t.events.append(Event("dict_set", step, None, {"target": step.key(a.target), "key": a.key}, t))
+            return
+        if "." not in a.target:
+            # `net = model`: a second name for the same object (LoRA injected through it is the model's).
+            r = self.ref(a.value, step)
+            if r is not None and not r.child and a.value is not None:
+                t.uf.union(step.key(a.target), r.key)
             return
         if a.target.endswith(".requires_grad"):
             v = self.value(a.value, a.scope)

@@ -23,8 +23,8 @@ class Paths:
     def site_calls(self, step: Step) -> list[Call]:
         """The call itself, then the calls of same-file helpers it was inlined through (innermost first)."""
         out = [step.call] if step.call is not None else []
-        for seq in reversed(re.findall(r"@(\d+):", step.prefix)):
-            c = self._calls_by_seq.get(int(seq))
+        for seq in reversed(re.findall(r"@([\d.]+):", step.prefix)):
+            c = self._segments.get(seq) if "." in seq else self._calls_by_seq.get(int(seq))
             if c is not None:
                 out.append(c)
         return out
@@ -48,12 +48,14 @@ class Paths:
             return hit[1]
         sites = self.site_calls(step)
         items: list[Item] = [step.item] + (sites[1:] if step.call is not None else sites)
-        segments = re.findall(r"[^:]+@\d+:", step.prefix)
+        segments = re.findall(r"[^:]+@[\d.]+:", step.prefix)
         out: list[tuple] = []
         for i, item in enumerate(items):
             if any(outer.loops or getattr(outer, "whiles", 0) for outer in items[i + 1:]):
                 continue  # this helper runs in a loop: both branches of its `if`s may run
-            prefix = "".join(segments[: len(segments) - i]) if i else step.prefix
+            # A class program's method prefix ("train_step:") comes before the helpers' segments.
+            root = step.prefix[: step.prefix.index(segments[0])] if segments else step.prefix
+            prefix = root + "".join(segments[: len(segments) - i]) if i else step.prefix
             for g in item.guards:
                 test = getattr(g.node, "test", None)
                 if g.branch is None or g.loop_depth or test is None:

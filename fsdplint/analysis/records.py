@@ -43,6 +43,10 @@ class Step:
     returns: list[str] = field(default_factory=list)  # keys returned by an inlined helper
     # Position in the timeline (execution order); `seq` is the source order, which differs for inlined helpers.
     order: int = -1
+    # For code of another module of the project (analysis/index.py): that module, and the call in the
+    # linted file through which it runs (where findings about it are reported).
+    origin: Any = None
+    site: Optional[Call] = None
 
     @property
     def seq(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import libcst as cst
@@ -26,32 +27,45 @@ def _is_test(scope: Scope) -> bool:
 class ScriptAnalysis(Values, Paths, Builder):
     _dead: Any = frozenset()
 
-    def __init__(self, module: cst.Module, collector: Optional[Collector] = None, env: Any = None) -> None:
+    def __init__(self, module: cst.Module, collector: Optional[Collector] = None, env: Any = None, *,
+                 project: Any = None, path: Optional[Path] = None) -> None:
         self.module = module
         self.c = collector or collect(module)
         self.resolver = self.c.resolver
         self.timelines: list[Timeline] = []
+        # The project (analysis/index.py): calls to its functions in other modules run as if inlined.
+        self.project = project
+        self.path = path.resolve() if path is not None else None
         # Parsed command-line arguments' values (fsdplint.arguments.ArgEnv): code they rule out is left out.
         self.env = env
+        self.foreign_calls: list[Call] = []  # filled by _build
         self._dead: set[int] = self._dead_items() if env is not None else set()
         self._build()
 
     # -- facts over the whole file -------------------------------------------------
+    @property
+    def all_calls(self) -> list[Call]:
+        """The file's calls, then those of other modules of the project that its programs run."""
+        return self.c.calls + self.foreign_calls if self.foreign_calls else self.c.calls
+
     def calls(self, *apis: str) -> list[Call]:
-        # Indexed by api on first use: rules ask per call site, and a scan each time is quadratic.
-        by_api = self.__dict__.get("_calls_by_api")
-        if by_api is None:
-            by_api = self.__dict__["_calls_by_api"] = {}
-            for i, c in enumerate(self.c.calls):
+        # Indexed by api on first use (rebuilt if calls of other modules were added since): rules ask per
+        # call site, and a scan each time is quadratic.
+        calls = self.all_calls
+        idx = self.__dict__.get("_calls_by_api")
+        if idx is None or idx[0] != len(calls):
+            by_api: dict = {}
+            for i, c in enumerate(calls):
                 if id(c) not in self._dead:
                     by_api.setdefault(c.api, []).append((i, c))
-        hits = [x for a in dict.fromkeys(apis) for x in by_api.get(a, ())]
+            idx = self.__dict__["_calls_by_api"] = (len(calls), by_api)
+        hits = [x for a in dict.fromkeys(apis) for x in idx[1].get(a, ())]
         if len(apis) > 1:
             hits.sort(key=lambda x: x[0])
         return [c for _, c in hits]
 
     def method_calls(self, *methods: str) -> list[Call]:
-        return [c for c in self.c.calls if c.method in methods and id(c) not in self._dead]
+        return [c for c in self.all_calls if c.method in methods and id(c) not in self._dead]
 
     def _dead_items(self) -> set[int]:
         """Ids of the calls and assignments that only run in branches the known argument values rule out."""
@@ -126,5 +140,5 @@ class ScriptAnalysis(Values, Paths, Builder):
 
 
 
-def analyze(module: cst.Module) -> ScriptAnalysis:
-    return ScriptAnalysis(module)
+def analyze(module: cst.Module, *, project: Any = None, path: Optional[Path] = None) -> ScriptAnalysis:
+    return ScriptAnalysis(module, project=project, path=path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Optional
 
@@ -24,6 +25,8 @@ _HARMLESS_METHODS = {
     "load_state_dict", "num_parameters", "get_nb_trainable_parameters", "forward", "generate", "info", "debug",
     "warning", "print",
 }
+_VERSION_TEST = re.compile(r"fsdp_version\([^)]*\)\s*==\s*([12])\b")
+_ISINSTANCE_TEST = re.compile(r"isinstance\(\s*[\w.]+\s*,\s*(FSDPModule|FullyShardedDataParallel|FSDP)\s*\)")
 _HARMLESS_FUNCS = {"print", "len", "isinstance", "sum", "type", "str", "repr", "id", "hasattr", "getattr", "list"}
 
 _WRAPS = frozenset(("wrap1", "shard2"))
@@ -39,6 +42,8 @@ class Timeline:
         self.uf = UnionFind()
         self.events: list[Event] = []
         self.model_keys: set[str] = set()
+        # Names wrapped before the program starts (`def train(model: FSDP)`): key -> "fsdp1"/"fsdp2".
+        self.assumed: dict[str, str] = {}
 
     def find(self, key: str) -> str:
         return self.uf.find(key)
@@ -116,8 +121,33 @@ class Timeline:
         return out
 
     def exclusive(self, a: Event, b: Event) -> bool:
-        """True when the two events sit in branches that never both run (`if x:` / `else:`, `elif`, ...)."""
-        return self.analysis.exclusive(a.step, b.step)
+        """True when the two events sit in branches that never both run (`if x:` / `else:`, `elif`, ...),
+        or one is a wrap of one FSDP version and the other runs only for the other version
+        (`if fsdp_version(model) == 2:`, `if isinstance(model, FSDPModule):`)."""
+        if self.analysis.exclusive(a.step, b.step):
+            return True
+        for x, y in ((a, b), (b, a)):
+            if x.kind in ("wrap1", "shard2"):
+                v = self._version_guard(y.step)
+                if v is not None and v != (1 if x.kind == "wrap1" else 2):
+                    return True
+        return False
+
+    def _version_guard(self, step: Step) -> Optional[int]:
+        """The FSDP version a step's guards (and its inlined call sites' guards) require, if they say."""
+        for c in self.analysis.site_calls(step):
+            for g in c.guards:
+                test = getattr(g.node, "test", None)
+                if test is None or g.branch != "body":
+                    continue
+                text = self.analysis.code(test)
+                m = _VERSION_TEST.search(text)
+                if m:
+                    return int(m.group(1))
+                m = _ISINSTANCE_TEST.search(text)
+                if m and not text.lstrip().startswith("not"):
+                    return 2 if m.group(1) == "FSDPModule" else 1
+        return None
 
     def escapes(self, entity: Optional[str], event: Event) -> bool:
         """True when, before `event`, the model reaches code the analysis cannot see.
@@ -130,7 +160,11 @@ class Timeline:
             if step.order >= event.step.order:
                 break
             call = step.call
-            if call is None or call.api is not None or call.func in a.c.functions or call.func in _HARMLESS_FUNCS:
+            if call is None or call.api is not None or call.func in _HARMLESS_FUNCS:
+                continue
+            if call.func in (step.origin.collector if step.origin is not None else a.c).functions:
+                continue
+            if id(call) in a._known_calls:  # a project function: inlined, or known to leave models alone
                 continue
             if call.receiver is not None and call.method in _HARMLESS_METHODS:
                 continue
@@ -147,7 +181,7 @@ class Timeline:
     def wrap_state(self, entity: str, seq: int, at: Optional[Event] = None) -> Optional[str]:
         """"fsdp1", "fsdp2" or None: how the model is wrapped at `seq` (on the path of event `at`, if given:
         wraps in a branch that excludes it do not count)."""
-        state = None
+        state = next((v for k, v in self.assumed.items() if self.find(k) == entity), None)
         for e in self._of_kinds(_WRAPS, entity):
             if e.seq >= seq:
                 break

@@ -92,14 +92,15 @@ class Values:
 
         Assignments in branches that cannot run are left out, and one in a branch known to run
         replaces the assignments before it."""
-        for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+        top = self.module_scope_of(scope)
+        for s in ([scope] if scope is not None else []) + [top]:
             vals = s.assigns.get(name)
             if vals:
                 if len(vals) > 1 and self.env is not None:
                     vals = self._live_assignments(vals)
                 return vals[0][1] if len(vals) == 1 else None
-            if s is not self.c.module_scope and name in s.params:
-                return None
+            if s is not top and name in s.params:
+                return self.argument(name, s)
         return None
 
     # -- sets of values ------------------------------------------------------------------
@@ -512,7 +513,13 @@ class Values:
 
     def call_at(self, node: Optional[cst.CSTNode]) -> Optional[Call]:
         """The recorded call whose node this is, if any."""
-        return self.c._by_node.get(id(node))
+        call = self.c._by_node.get(id(node))
+        if call is None:
+            for fm in self._foreign_mods:  # code of another module of the project, inlined here
+                call = fm.collector._by_node.get(id(node))
+                if call is not None:
+                    break
+        return call
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)

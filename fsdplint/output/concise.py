@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fsdplint.output.text import headline, write_text
+from fsdplint.output.text import headline, related_lines, write_text
 
 
 def write(findings, out, *, color=False, summary=None, show_fixes=False, statistics=False) -> None:
     write_text(
         findings, out, color=color, summary=summary, show_fixes=show_fixes, statistics=statistics,
-        render=lambda f, paint: headline(f, paint) + "\n",
+        render=lambda f, paint: headline(f, paint) + "\n" + related_lines(f, paint),
     )

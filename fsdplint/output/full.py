@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdplint.output.text import headline, write_text
+from fsdplint.output.text import headline, related_lines, write_text
 
 
 def _snippet(f, paint) -> str:
@@ -22,15 +22,11 @@ def _snippet(f, paint) -> str:
     text = f"{pad} {bar}\n{paint.dim(gutter)} {bar} {expanded}\n{pad} {bar} {paint.code(caret)}\n"
     if f.fix is not None:
         text += f"{pad} = {paint.fix('fix')}: {f.fix.message}\n"
-    for name, row, msg, src in getattr(f, "related", ()):
-        text += f"{pad} = {paint.dim('note')}: {msg}: {name}:{row}\n"
-        if src:
-            text += f"{pad} {bar}   {src.strip()}\n"
     return text
 
 
 def _render(f, paint) -> str:
-    return f"{headline(f, paint)}\n{_snippet(f, paint)}{paint.dim('  see ' + f.url)}\n\n"
+    return f"{headline(f, paint)}\n{related_lines(f, paint)}{_snippet(f, paint)}{paint.dim('  see ' + f.url)}\n\n"
 
 
 def write(findings, out, *, color=False, summary=None, show_fixes=False, statistics=False) -> None:

@@ -44,7 +44,9 @@ def annotation(f) -> str:
         "title": f"fsdplint ({f.code})",
     }
     prop_text = ",".join(f"{k}={escape_property(v)}" for k, v in props.items())
-    return f"::{_LEVEL[f.severity]} {prop_text}::{escape_data(f.message)}"
+    message = f.message + "".join(f"\n{_repo_relative(r.filename)}:{r.start.row}:{r.start.column}: {r.message}"
+                                  for r in f.related)
+    return f"::{_LEVEL[f.severity]} {prop_text}::{escape_data(message)}"
 
 
 def write(findings, out, **_options) -> None:

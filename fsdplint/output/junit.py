@@ -34,7 +34,8 @@ def write(findings, out, *, summary=None, **_options) -> None:
             failure = ET.SubElement(case, "failure", message=f.message, type=f.code)
             failure.text = (
                 f"{f.filename}:{f.start.row}:{f.start.column}: {f.code} [{f.severity.value}] {f.message}\n"
-                f"see {f.url}"
+                + "".join(f"  {r.text()}\n" for r in f.related)
+                + f"see {f.url}"
             )
     ET.indent(root)
     out.write('<?xml version="1.0" encoding="UTF-8"?>\n')

@@ -103,6 +103,12 @@ def _result(f, index: int) -> dict:
         "locations": [location],
         "partialFingerprints": {"fsdplint/v1": fingerprint(f)},
     }
+    if f.related:
+        result["relatedLocations"] = [
+            {"id": i, "physicalLocation": {"artifactLocation": {"uri": _uri(r.filename)}, "region": _region(r.start, r.end)},
+             "message": {"text": r.message}}
+            for i, r in enumerate(f.related)
+        ]
     if f.fix is not None and f.fix.edits:
         result["fixes"] = [
             {
@@ -128,12 +134,6 @@ def _result(f, index: int) -> dict:
         ]
     if f.notes:
         result["properties"] = {"notes": {str(k): str(v) for k, v in f.notes.items()}}
-    if f.related:
-        result["relatedLocations"] = [
-            {"id": i, "message": {"text": msg},
-             "physicalLocation": {"artifactLocation": {"uri": _uri(name)}, "region": {"startLine": row}}}
-            for i, (name, row, msg, _line) in enumerate(f.related)
-        ]
     return result
 
 

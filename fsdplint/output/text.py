@@ -51,6 +51,12 @@ def headline(f: Finding, paint: Paint) -> str:
     return f"{location(f, paint)} {paint.code(f.code)}{marker} {paint.severity(f.severity)} {f.message}"
 
 
+def related_lines(f: Finding, paint: Paint) -> str:
+    """The other half of a finding that spans files, one indented location line each."""
+    return "".join(f"    {paint.dim('=')} {paint.bold(r.filename)}{paint.dim(':')}{r.start.row}{paint.dim(':')}"
+                   f"{r.start.column}{paint.dim(':')} {r.message}\n" for r in f.related)
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("x") else "s")
 

@@ -1,0 +1,512 @@
+"""The project a linted file belongs to: its root, its own modules, and how imports between them resolve.
+
+Per file, once: a small serialisable fact sheet (imports, top-level functions and classes, whether each
+may touch a model), from CPython's parser and cached by content hash (see `cache.py`). Per project,
+cheaply: imports resolve to files of the project (absolute, relative, `src/` layout, re-exports in
+`__init__.py`), and a called project function is parsed with libcst (once per process) only when its
+fact sheet says it may do something the analysis records; `builder.py` then inlines it like a helper of
+the same file. Library packages never resolve into the project, even when the project vendors them.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Optional
+
+import libcst as cst
+
+from fsdplint.apis import QUALIFIED, SUMMARY_CALLS, SUMMARY_WORDS, TRIGGER_WORDS, api_of
+from fsdplint.findings import Related
+
+ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
+# Top-level packages that are libraries whatever the project holds (their behaviour is data in apis.py).
+LIBRARIES = frozenset({
+    "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
+    "safetensors", "huggingface_hub", "torchtune", "torchao", "lightning", "pytorch_lightning",
+})
+SHEET_VERSION = 4
+_MAX_FILE_BYTES = 2_000_000
+_MAX_MODULES = 128  # parsed modules kept per process (libcst trees are large)
+_CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
+_WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
+
+
+def find_root(path: Path) -> Optional[Path]:
+    """The nearest directory above `path` holding a project marker (pyproject.toml, setup.cfg, setup.py, .git)."""
+    d = path.resolve().parent if not path.is_dir() else path.resolve()
+    for p in (d, *d.parents):
+        if any((p / m).exists() for m in ROOT_MARKERS):
+            return p
+    return None
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# -- fact sheets ---------------------------------------------------------------------------
+def _dotted(node: ast.AST) -> Optional[str]:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _function_sheet(fn, lines: list[str]) -> dict:
+    body = "\n".join(lines[fn.lineno - 1: fn.end_lineno])
+    calls = sorted({d for n in ast.walk(fn) if isinstance(n, ast.Call) for d in [_dotted(n.func)] if d})
+    touches = bool(_WORDS.search(body)) or any(c.rsplit(".", 1)[-1] in _CALLS for c in calls)
+    start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+    return {"line": fn.lineno, "span": [start, fn.end_lineno], "touches": touches, "calls": calls,
+            "property": any(_dotted(d) == "property" for d in fn.decorator_list)}
+
+
+def fact_sheet(text: str) -> dict:
+    """Imports, top-level functions and classes of a module (JSON-serialisable). Unparsable: empty."""
+    sheet: dict = {"v": SHEET_VERSION, "imports": [], "functions": {}, "classes": {}}
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return sheet
+    lines = text.splitlines()
+
+    def imports(stmts):
+        for node in stmts:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    local = a.asname or a.name.split(".", 1)[0]
+                    sheet["imports"].append([local, a.name if a.asname else local, None, 0])
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if a.name != "*":
+                        sheet["imports"].append([a.asname or a.name, node.module or "", a.name, node.level])
+            elif isinstance(node, (ast.If, ast.Try)):  # `try: from x import y` / `if TYPE_CHECKING:`
+                imports(node.body)
+                for h in getattr(node, "handlers", ()):
+                    imports(h.body)
+                imports(node.orelse)
+
+    imports(tree.body)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            sheet["functions"][node.name] = _function_sheet(node, lines)
+        elif isinstance(node, ast.ClassDef):
+            methods = {n.name: _function_sheet(n, lines) for n in node.body
+                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            sheet["classes"][node.name] = {"line": node.lineno, "span": [start, node.end_lineno],
+                                           "bases": [d for b in node.bases for d in [_dotted(b)] if d],
+                                           "methods": methods}
+    return sheet
+
+
+@dataclass
+class ForeignModule:
+    """A parsed module of the project that the linted file reaches."""
+
+    path: Path
+    text: str
+    module: cst.Module
+    collector: object  # fsdplint.collect.Collector
+
+    @cached_property
+    def positions(self):
+        from fsdplint.positions import Positions
+
+        return Positions(self.module, self.text, self.collector.top)
+
+    @cached_property
+    def display(self) -> str:
+        """The path as findings print it: relative to the working directory where possible."""
+        try:
+            return str(self.path.relative_to(Path.cwd().resolve()))
+        except ValueError:  # outside the working directory
+            return str(self.path)
+
+    @cached_property
+    def scope_of_def(self) -> dict:
+        return {id(s.node): s for s in self.collector.scopes if s.node is not None}
+
+
+class Project:
+    """Import resolution and fact sheets for one project root (one instance per root and process)."""
+
+    def __init__(self, root: Path, cache=None) -> None:
+        self.root = root
+        self.cache = cache
+        self._texts: dict[Path, tuple] = {}  # path -> ((mtime, size), text, generation it was checked in)
+        # Files are checked for changes once per linted file (a long-lived process may see them change).
+        self.generation = 0
+        self._sheets: dict[str, dict] = {}  # content hash -> fact sheet
+        self._by_path: dict[Path, tuple] = {}  # path -> ((mtime, size), fact sheet)
+        self._files: dict[tuple, Optional[Path]] = {}
+        self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
+        self._touch: dict[tuple, bool] = {}
+        self._partial_of: dict[tuple, str] = {}  # (path, kept definitions) -> the text it was cut from
+        self._first_part: dict[Path, frozenset] = {}  # path -> the definitions its first partial parse kept
+
+    # -- files -------------------------------------------------------------------------
+    def text(self, path: Path) -> Optional[str]:
+        """The file's text, re-read when its size or modification time changed (a long-lived process)."""
+        hit = self._texts.get(path)
+        if hit is not None and hit[2] == self.generation:
+            return hit[1]
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if hit is not None and hit[0] == stamp:
+            self._texts[path] = (stamp, hit[1], self.generation)
+            return hit[1]
+        text = None
+        if st.st_size <= _MAX_FILE_BYTES:
+            try:
+                text = path.read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                text = None
+        self._texts[path] = (stamp, text, self.generation)
+        return text
+
+    def sheet(self, path: Path, text: Optional[str] = None) -> dict:
+        given = text is not None
+        text = self.text(path) if text is None else text
+        if text is None:
+            return fact_sheet("")
+        stamp = self._stamp(path)
+        hit = self._by_path.get(path) if not given else None
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        key = content_hash(text)
+        sheet = self._sheets.get(key)
+        if sheet is not None:
+            self._by_path[path] = (stamp, sheet)
+            return sheet
+        sheet = self.cache.get(key) if self.cache is not None else None
+        if sheet is None or sheet.get("v") != SHEET_VERSION:
+            sheet = fact_sheet(text)
+            if self.cache is not None:
+                self.cache.put(key, sheet)
+        self._sheets[key] = sheet
+        if not given:
+            self._by_path[path] = (stamp, sheet)
+        return sheet
+
+    def _module_file(self, base: Path, parts: list[str]) -> Optional[Path]:
+        key = (base, tuple(parts))
+        if key not in self._files:
+            found = None
+            stem = base.joinpath(*parts) if parts else base
+            for cand in (stem.with_name(stem.name + ".py") if parts else None, stem / "__init__.py"):
+                if cand is not None and cand.is_file():
+                    found = cand
+                    break
+            self._files[key] = found
+        return self._files[key]
+
+    def find_module(self, importer: Path, module: str, level: int) -> Optional[Path]:
+        """The project file of `module` as imported from `importer` (`level`: leading dots), if any."""
+        parts = [p for p in module.split(".") if p]
+        if level:
+            base = importer.parent
+            for _ in range(level - 1):
+                base = base.parent
+            return self._module_file(base, parts)
+        if not parts or parts[0] in LIBRARIES:
+            return None
+        # A script's own directory comes first on sys.path; then the root and a src/ layout.
+        for base in (importer.parent, self.root, self.root / "src"):
+            found = self._module_file(base, parts)
+            if found is not None:
+                return found
+        return None
+
+    def _namespace_dir(self, importer: Path, module: str, level: int) -> Optional[Path]:
+        """The directory of a package without `__init__.py` (a script directory, a namespace package)."""
+        parts = [p for p in module.split(".") if p]
+        if level:
+            base = importer.parent
+            for _ in range(level - 1):
+                base = base.parent
+            bases = [base]
+        elif parts and parts[0] not in LIBRARIES:
+            bases = [importer.parent, self.root, self.root / "src"]
+        else:
+            return None
+        for b in bases:
+            d = b.joinpath(*parts)
+            if d.is_dir():
+                return d
+        return None
+
+    # -- names -------------------------------------------------------------------------
+    def resolve(self, importer: Path, imports: list, name: str, depth: int = 0) -> Optional[tuple[Path, str]]:
+        """(file, "function" or "Class.method") that the dotted `name` used in `importer` denotes, following
+        imports and re-exports; None for anything that is not a project function."""
+        if depth > 4:
+            return None
+        head, _, rest = name.partition(".")
+        for local, module, attr, level in reversed(imports):
+            if local != head:
+                continue
+            if attr is None:  # `import a.b` / `import a.b as m`
+                full = f"{module}.{rest}" if rest else module
+                return self._resolve_dotted(importer, full, depth)
+            if not level and api_of(f"{module}.{attr}") is not None:
+                return None
+            target = self.find_module(importer, module, level)
+            pkg = target.parent if target is not None and target.name == "__init__.py" else (
+                self._namespace_dir(importer, module, level) if target is None else None)
+            sub = self._module_file(pkg, [attr]) if pkg is not None else None
+            if sub is not None:  # `from pkg import submodule`
+                return self._in_file(sub, rest, depth + 1) if rest else None
+            if target is None:
+                return None
+            return self._in_file(target, f"{attr}.{rest}" if rest else attr, depth + 1)
+        return None
+
+    def _resolve_dotted(self, importer: Path, full: str, depth: int) -> Optional[tuple[Path, str]]:
+        parts = full.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            f = self.find_module(importer, ".".join(parts[:i]), 0)
+            if f is not None:
+                return self._in_file(f, ".".join(parts[i:]), depth + 1)
+        return None
+
+    def _in_file(self, path: Path, name: str, depth: int) -> Optional[tuple[Path, str]]:
+        sheet = self.sheet(path)
+        head, _, rest = name.partition(".")
+        if head in sheet["functions"] and not rest:
+            return path, head
+        cls = sheet["classes"].get(head)
+        if cls is not None:
+            return (path, f"{head}.{rest}") if rest in cls["methods"] else None
+        return self.resolve(path, sheet["imports"], name, depth + 1)  # a re-export
+
+    def function(self, path: Path, qual: str) -> Optional[dict]:
+        sheet = self.sheet(path)
+        if "." in qual:
+            cls, _, meth = qual.partition(".")
+            return sheet["classes"].get(cls, {}).get("methods", {}).get(meth)
+        return sheet["functions"].get(qual)
+
+    def touches(self, path: Path, qual: str, depth: int = 0) -> bool:
+        """Whether the function may do something the analysis records: its text names a model operation,
+        or it calls a project function that does (bounded, recursion-safe)."""
+        key = (path, qual, self._stamp(path))
+        if key in self._touch:
+            return self._touch[key]
+        self._touch[key] = False  # recursion guard
+        fn = self.function(path, qual)
+        out = False
+        if fn is not None:
+            out = fn["touches"]
+            if not out and depth < 4:
+                sheet = self.sheet(path)
+                cls = qual.partition(".")[0] if "." in qual else None
+                for callee in fn["calls"]:
+                    if cls and callee.startswith("self."):
+                        target = (path, f"{cls}.{callee[5:]}") if callee[5:] in sheet["classes"][cls]["methods"] else None
+                    elif callee in sheet["functions"]:
+                        target = (path, callee)
+                    else:
+                        target = self.resolve(path, sheet["imports"], callee)
+                    if target is not None and self.touches(*target, depth=depth + 1):
+                        out = True
+                        break
+        self._touch[key] = out
+        return out
+
+    def _stamp(self, path: Path):
+        hit = self._texts.get(path)
+        return hit[0] if hit is not None else None
+
+    def imports_touching(self, importer: Path, imports: list) -> bool:
+        """Whether a file that names no model operation itself imports a project function that does."""
+        for local, module, attr, level in imports:
+            if attr is None:  # `import utils`: any function of it
+                target = self.find_module(importer, module, 0)
+                if target is not None and any(self.touches(target, f) for f in self.sheet(target)["functions"]):
+                    return True
+                continue
+            found = self.resolve(importer, imports, local)
+            if found is not None and self.touches(*found):
+                return True
+        return False
+
+    # -- parsed modules ----------------------------------------------------------------
+    def remember(self, path: Path, text: str, module: cst.Module, collector) -> None:
+        """Keep the linted file's own parse: another linted file that imports it reuses it."""
+        self._store(path, ForeignModule(path, text, module, collector))
+
+    def parsed(self, path: Optional[Path], text: str) -> Optional[ForeignModule]:
+        """The parse of this exact text of the file, if another file's analysis already made it."""
+        if path is None:
+            return None
+        fm = self._modules.get(path.resolve())
+        return fm if fm is not None and fm.text == text else None
+
+    def _store(self, path: Path, fm: Optional[ForeignModule]) -> None:
+        self._modules[path] = fm
+        self._modules.move_to_end(path)
+        while len(self._modules) > _MAX_MODULES:
+            self._modules.popitem(last=False)
+
+    def module(self, path: Path, need: Optional[str] = None) -> Optional[ForeignModule]:
+        """The module parsed: whole when a linted file's parse is at hand, else only what `need` (a function
+        or "Class.method") reaches in it — its top-level definitions, the others blanked out, so lines and
+        columns stay those of the file and the parse costs what the needed code costs."""
+        text = self.text(path)
+        if text is None:
+            return None
+        full = self._modules.get(path)
+        if full is not None and full.text == text:
+            self._modules.move_to_end(path)
+            return full
+        keep = self._needed(path, need) if need is not None else None
+        if keep is not None and self._first_part.get(path) not in (None, keep):
+            keep = None  # a second part of the same module wanted: parse it whole, once, for every later call
+        key = (path, keep)
+        fm = self._modules.get(key)
+        if fm is not None and fm.text is not None and self._partial_of.get(key) == text:
+            self._modules.move_to_end(key)
+            return fm
+        from fsdplint.collect import collect
+
+        source = self._blank_except(path, text, keep) if keep is not None else text
+        try:
+            module = cst.parse_module(source)
+            fm = ForeignModule(path, source, module, collect(module))
+        except Exception:  # a module that does not parse stays unknown
+            fm = None
+        self._partial_of[key] = text
+        if keep is not None:
+            self._first_part.setdefault(path, keep)
+        self._store(key if keep is not None else path, fm)
+        return fm
+
+    def _needed(self, path: Path, qual: str) -> frozenset:
+        """Top-level definitions of the file that `qual` reaches through calls within the file."""
+        sheet = self.sheet(path)
+        todo, seen = [qual.partition(".")[0]], set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            fns = [sheet["functions"][name]] if name in sheet["functions"] else list(
+                sheet["classes"].get(name, {}).get("methods", {}).values())
+            for fn in fns:
+                for c in fn["calls"]:
+                    head = c.split(".", 1)[0]
+                    if head in sheet["functions"] or head in sheet["classes"]:
+                        todo.append(head)
+        return frozenset(seen)
+
+    def _blank_except(self, path: Path, text: str, keep: frozenset) -> str:
+        sheet = self.sheet(path)
+        lines = text.splitlines(keepends=True)
+        for table in (sheet["functions"], sheet["classes"]):
+            for name, d in table.items():
+                if name in keep or "span" not in d:
+                    continue
+                a, b = d["span"]
+                for i in range(a - 1, min(b, len(lines))):
+                    ending = lines[i][len(lines[i].rstrip("\r\n")):]
+                    lines[i] = ending
+        return "".join(lines)
+
+_IMPORT_LINE = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w., \t]+)|import[ \t]+([\w., \t]+))", re.M)
+
+
+def quick_imports(text: str) -> list:
+    """The fact-sheet form of a file's one-line imports, from the text alone (for files no rule would
+    parse: do they import a project function that touches the model?)."""
+    out = []
+    for m in _IMPORT_LINE.finditer(text):
+        dots, module, names, plain = m.groups()
+        for part in (names or plain or "").split(","):
+            words = part.split()
+            if not words:
+                continue
+            name, local = words[0], words[2] if len(words) == 3 and words[1] == "as" else None
+            if plain is not None:
+                out.append([local or name.split(".", 1)[0], name if local else name.split(".", 1)[0], None, 0])
+            else:
+                out.append([local or name, module, name, len(dots)])
+    return out
+
+
+def local_imports(collector) -> list:
+    """The fact-sheet form of a parsed file's imports (from its libcst records, no second parse)."""
+    out = []
+    for local, qual in collector.resolver.names.items():
+        mod, dot, attr = qual.rpartition(".")
+        out.append([local, mod, attr, 0] if dot else [local, qual, None, 0])
+    for node, _ in collector.import_froms:
+        if not node.relative or isinstance(node.names, cst.ImportStar):
+            continue
+        mod = _cst_dotted(node.module) if node.module is not None else ""
+        for a in node.names:
+            name = a.name.value if isinstance(a.name, cst.Name) else (_cst_dotted(a.name) or "")
+            local = a.asname.name.value if a.asname is not None and isinstance(a.asname.name, cst.Name) else name
+            out.append([local, mod, name, len(node.relative)])
+    return out
+
+
+def _cst_dotted(node) -> str:
+    from fsdplint.resolve import dotted
+
+    return dotted(node) or ""
+
+
+def locate(a, node) -> Optional[tuple]:
+    """(Related location, call site in this file) for a node of another module of the project; None for
+    a node of this file (or an event/node that cannot be placed)."""
+    if node is None or id(node) in a.c.top or not getattr(a, "_foreign_mods", None):
+        return None
+    hit = a.foreign_site(node)
+    if hit is None:
+        return None
+    fm, site, scope = hit
+    start, end = fm.positions.range(node)
+    where = f"in {scope.name}()" if scope is not None and scope.name != "<module>" else "at module level"
+    text = fm.positions.line_text(start.row).strip()
+    return Related(fm.display, start, end, f"{where}: {text}" if text else where), site
+
+
+_PROJECTS: dict[tuple, Project] = {}
+_ROOTS: dict[Path, Optional[Path]] = {}
+
+
+def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True) -> Optional[Project]:
+    """The project `path` belongs to (None outside any project or for stdin without a file name)."""
+    if path is None:
+        return None
+    try:
+        d = path.parent.resolve()
+        root = _ROOTS[d] if d in _ROOTS else _ROOTS.setdefault(d, find_root(path))
+    except OSError:
+        return None
+    if root is None:
+        return None
+    key = (root, cache_dir, use_cache)
+    proj = _PROJECTS.get(key)
+    if proj is None:
+        from fsdplint.analysis.cache import SheetCache
+
+        cache = SheetCache.open(root, cache_dir) if use_cache else None
+        proj = _PROJECTS[key] = Project(root, cache)
+    proj.generation += 1
+    return proj

@@ -1,0 +1,394 @@
+"""The project view: imports between the project's own modules, summaries of their functions applied at
+call sites, classes, findings that name their other half, and the fact-sheet cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from click.testing import CliRunner
+
+from fsdplint.analysis import analyze
+from fsdplint.analysis.index import Project, fact_sheet, find_root
+from fsdplint.cli import main
+
+FSDPLINT = shutil.which("fsdplint", path=os.path.dirname(sys.executable)) or shutil.which("fsdplint") or "fsdplint"
+
+LOAD = """
+    import torch
+    from transformers import AutoModelForCausalLM
+    from peft import LoraConfig, get_peft_model
+
+
+    def load_model(name):
+        model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+        model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+        return model
+"""
+WRAP = """
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+    def setup_fsdp(model):
+        return FSDP(model, use_orig_params=True)
+"""
+TRAIN = """
+    import torch
+    {imports}
+
+
+    def main():
+        model = {load}("x")
+        model = {wrap}(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+
+    main()
+"""
+
+
+def write(root: Path, files: dict) -> None:
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def run(root: Path, *args: str, cache: bool = True) -> list[dict]:
+    extra = ["--cache-dir", str(root / "cache")] if cache else ["--no-cache"]
+    r = CliRunner().invoke(main, ["check", "--isolated", "--output-format", "json", "--exit-zero", *extra, *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def codes(found, filename=None) -> list[str]:
+    return sorted(f["code"] for f in found if filename is None or f["filename"] == filename)
+
+
+# -- the index -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["absolute", "relative", "src", "reexport", "module", "sibling"])
+def test_imports_of_the_project_resolve_to_its_files(project, layout):
+    base = "src/pkg" if layout == "src" else "pkg"
+    imports = {
+        "absolute": ("from pkg.model_utils import load_model\nfrom pkg.fsdp import setup_fsdp", "load_model", "setup_fsdp"),
+        "relative": ("from .model_utils import load_model\nfrom .fsdp import setup_fsdp", "load_model", "setup_fsdp"),
+        "src": ("from pkg.model_utils import load_model\nfrom pkg.fsdp import setup_fsdp", "load_model", "setup_fsdp"),
+        "reexport": ("from pkg import load_model, setup_fsdp", "load_model", "setup_fsdp"),
+        "module": ("import pkg.model_utils as mu\nfrom pkg import fsdp", "mu.load_model", "fsdp.setup_fsdp"),
+        "sibling": ("from model_utils import load_model\nfrom fsdp import setup_fsdp", "load_model", "setup_fsdp"),
+    }[layout]
+    init = "from .model_utils import load_model\nfrom .fsdp import setup_fsdp\n" if layout == "reexport" else ""
+    train = TRAIN.format(imports=textwrap.indent(imports[0], "    ").lstrip(), load=imports[1], wrap=imports[2])
+    write(project, {f"{base}/__init__.py": init, f"{base}/model_utils.py": LOAD, f"{base}/fsdp.py": WRAP,
+                    f"{base}/train.py": train})
+    found = run(project, f"{base}/train.py")
+    # FSDP501: the clip in train.py is under the FSDP1 wrap of fsdp.py; FSDP005: the bf16 base loaded and
+    # LoRA-injected in model_utils.py (adapters upcast to fp32) is wrapped in one FSDP1 unit.
+    assert {"FSDP501", "FSDP005"} <= set(codes(found)), found
+    assert {f["filename"] for f in found} == {f"{base}/train.py"}  # the other modules are read, not reported
+    alone = run(project, "--no-project", f"{base}/train.py")
+    assert "FSDP501" not in codes(alone) and "FSDP005" not in codes(alone)
+
+
+def test_library_names_never_resolve_into_the_project(project):
+    # A project that vendors a library (or is one) does not turn library calls into project code.
+    write(project, {"torch/distributed/fsdp/__init__.py": "def FullyShardedDataParallel(m):\n    return m.to('cpu')\n"})
+    p = Project(project)
+    assert p.resolve(project / "train.py", [["FSDP", "torch.distributed.fsdp", "FullyShardedDataParallel", 0]], "FSDP") is None
+
+
+def test_root_is_found_from_markers(tmp_path):
+    write(tmp_path, {"repo/setup.cfg": "", "repo/a/b/c.py": ""})
+    assert find_root(tmp_path / "repo/a/b/c.py") == (tmp_path / "repo").resolve()
+
+
+def test_fact_sheet_is_plain_data():
+    sheet = fact_sheet(textwrap.dedent(LOAD) + "\nclass T:\n    def save(self):\n        self.model.save_pretrained('o')\n")
+    assert json.loads(json.dumps(sheet)) == sheet
+    assert sheet["functions"]["load_model"]["touches"]
+    assert sheet["classes"]["T"]["methods"]["save"]["touches"]
+    assert ["get_peft_model", "peft", "get_peft_model", 0] in sheet["imports"]
+
+
+def test_a_script_without_trigger_words_is_linted_through_its_imports(project):
+    # train.py names no FSDP/LoRA API itself: the prefilter must still see model_utils.py and fsdp.py.
+    write(project, {"model_utils.py": LOAD, "fsdp.py": WRAP, "train.py": """
+        from model_utils import load_model
+        from fsdp import setup_fsdp
+
+        model = setup_fsdp(load_model("x"))
+    """})
+    found = run(project, "train.py")
+    assert "FSDP003" in codes(found), found  # the wrap without a policy, at the call in train.py
+    assert run(project, "--no-project", "train.py") == []
+
+
+# -- summaries applied at call sites ------------------------------------------------------------------
+
+
+def test_events_of_another_module_carry_their_file(project):
+    write(project, {"model_utils.py": LOAD, "fsdp.py": WRAP,
+                    "train.py": TRAIN.format(imports="from model_utils import load_model\n    from fsdp import setup_fsdp",
+                                             load="load_model", wrap="setup_fsdp")})
+    p = Project(project.resolve())
+    path = (project / "train.py").resolve()
+    a = analyze(cst.parse_module(path.read_text()), project=p, path=path)
+    (t,) = a.timelines
+    by_kind = {e.kind: e for e in t.events}
+    assert by_kind["wrap1"].step.origin.path.name == "fsdp.py"
+    assert by_kind["lora"].step.origin.path.name == "model_utils.py"
+    assert by_kind["clip"].step.origin is None
+    # One model through the helpers' returns: loaded, LoRA-injected and wrapped elsewhere, clipped here.
+    assert by_kind["lora"].entity == by_kind["wrap1"].entity == by_kind["clip"].entity
+    assert t.wrap_state(by_kind["clip"].entity, by_kind["clip"].seq) == "fsdp1"
+    # peft's default upcast of the adapters is a fact on the event (apis.CALL_FACTS).
+    assert by_kind["lora"].data.get("adapter_dtype") == "float32"
+    assert by_kind["wrap1"].step.site.func == "setup_fsdp"
+
+
+def test_adapter_upcast_fact_is_off_with_autocast_disabled():
+    a = analyze(cst.parse_module(
+        "from peft import get_peft_model\nm = get_peft_model(model, cfg, autocast_adapter_dtype=False)\n"
+        "n = get_peft_model(model, cfg)\n"))
+    data = [e.data.get("adapter_dtype") for e in a.events("lora")]
+    assert data == [None, "float32"]
+
+
+def test_unknown_and_recursive_callees_stay_unknown(project):
+    write(project, {"loop.py": """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def a(model):
+            return b(FSDP(model))
+
+        def b(model):
+            return a(model)
+    """, "train.py": """
+        import torch
+        from loop import a
+        from elsewhere import shard
+
+        model = shard(a(model))
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """})
+    found = run(project, "train.py")
+    assert "FSDP501" in codes(found)
+    assert all(f["code"] not in ("FSDP900", "FSDP901") for f in found)
+
+
+def test_trainer_class_with_self_model(project):
+    write(project, {"trainer.py": """
+        import torch
+        from accelerate import Accelerator
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from transformers import AutoModelForCausalLM
+
+
+        class MyTrainer:
+            def __init__(self, name):
+                self.accelerator = Accelerator()
+                model = AutoModelForCausalLM.from_pretrained(name)
+                self.model = FSDP(model)
+
+            @property
+            def is_chief(self):
+                return self.accelerator.is_main_process
+
+            def train_step(self, batch):
+                self.model(**batch).loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+
+            def save(self):
+                if self.is_chief:
+                    torch.save(self.model.state_dict(), "m.pt")
+    """})
+    found = run(project, "trainer.py")
+    rows = {f["code"]: f["location"]["row"] for f in found}
+    assert rows.get("FSDP501") == 19  # the wrap in __init__ reaches train_step through self.model
+    assert rows.get("FSDP401") == 23  # `self.is_chief` is a property returning is_main_process
+
+
+def test_rank_guard_behind_a_helper_function(project):
+    write(project, {"save.py": """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def chief():
+            return dist.get_rank() == 0
+
+        model = FSDP(model)
+        if chief():
+            torch.save(model.state_dict(), "m.pt")
+    """})
+    assert "FSDP401" in codes(run(project, "save.py"))
+
+
+def test_a_second_name_for_the_model(project):
+    write(project, {"model_utils.py": LOAD, "train.py": """
+        import torch
+        from model_utils import load_model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        model = load_model("x")
+        net = model
+        wrapped = FSDP(net)
+        torch.nn.utils.clip_grad_norm_(wrapped.parameters(), 1.0)
+    """})
+    found = run(project, "train.py")
+    assert {"FSDP005", "FSDP501"} <= set(codes(found)), found
+
+
+def test_parameter_annotated_with_fsdp_is_wrapped(project):
+    write(project, {"loop.py": """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def train(model: FSDP, loader):
+            for batch in loader:
+                model(batch).loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """})
+    p = Project(project.resolve())
+    a = analyze(cst.parse_module((project / "loop.py").read_text()), project=p, path=project / "loop.py")
+    (t,) = a.timelines
+    clip = t.of("clip")[0]
+    assert t.wrap_state(clip.entity, clip.seq) == "fsdp1"
+
+
+# -- the other half, in every output format ---------------------------------------------------------------
+
+
+@pytest.fixture
+def split(project):
+    write(project, {"model_utils.py": LOAD, "fsdp.py": WRAP,
+                    "train.py": TRAIN.format(imports="from model_utils import load_model\n    from fsdp import setup_fsdp",
+                                             load="load_model", wrap="setup_fsdp")})
+    return project
+
+
+def _invoke(*args):
+    r = CliRunner().invoke(main, ["check", "--isolated", "--exit-zero", "--no-cache", "--select", "FSDP003", *args])
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def test_related_location_in_text_formats(split):
+    for fmt in ("concise", "full"):
+        out = _invoke("--output-format", fmt, "train.py")
+        assert "train.py:8:13: FSDP003" in out
+        assert "= fsdp.py:5:12: in setup_fsdp(): return FSDP(model, use_orig_params=True)" in out, out
+
+
+def test_related_location_in_json_formats(split):
+    (f,) = json.loads(_invoke("--output-format", "json", "train.py"))
+    assert f["location"]["row"] == 8 and f["filename"] == "train.py"
+    assert f["related"] == [{"filename": "fsdp.py", "location": {"row": 5, "column": 12},
+                             "end_location": {"row": 5, "column": 45},
+                             "message": "in setup_fsdp(): return FSDP(model, use_orig_params=True)"}]
+    (line,) = _invoke("--output-format", "json-lines", "train.py").splitlines()
+    assert json.loads(line)["related"] == f["related"]
+
+
+def test_related_location_in_github_and_junit(split):
+    gh = _invoke("--output-format", "github", "train.py")
+    assert "fsdp.py:5:12: in setup_fsdp()" in gh and "file=train.py,line=8" in gh
+    junit = _invoke("--output-format", "junit", "train.py")
+    assert "fsdp.py:5:12: in setup_fsdp(): return FSDP(model, use_orig_params=True)" in junit
+
+
+def test_related_location_in_sarif_validates(split):
+    from test_output_sarif import SCHEMA
+
+    if not SCHEMA.is_file():
+        pytest.skip("the SARIF 2.1.0 schema is not available")
+    jsonschema = pytest.importorskip("jsonschema")
+    log = json.loads(_invoke("--output-format", "sarif", "train.py"))
+    jsonschema.validators.validator_for(json.loads(SCHEMA.read_text())).check_schema
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.validators.validator_for(schema)(schema).validate(log)
+    (res,) = log["runs"][0]["results"]
+    (rel,) = res["relatedLocations"]
+    assert rel["physicalLocation"]["artifactLocation"]["uri"] == "fsdp.py"
+    assert rel["physicalLocation"]["region"]["startLine"] == 5
+    assert res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.py"
+
+
+def test_noqa_at_the_call_site_silences_the_finding(split):
+    text = (split / "train.py").read_text().replace('model = setup_fsdp(model)', 'model = setup_fsdp(model)  # noqa: FSDP003')
+    (split / "train.py").write_text(text)
+    assert json.loads(_invoke("--output-format", "json", "train.py")) == []
+
+
+# -- the cache --------------------------------------------------------------------------------------------
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted((root / "cache").rglob("*.json"))
+
+
+def test_cache_hit_and_invalidation(split):
+    first = _fresh(split, "train.py")
+    entries = _entries(split)
+    assert len(entries) == 2  # the fact sheets of model_utils.py and fsdp.py
+    stamps = [p.stat().st_mtime_ns for p in entries]
+    assert _fresh(split, "train.py") == first
+    assert [p.stat().st_mtime_ns for p in entries] == stamps  # read, not rewritten
+    # A change to fsdp.py: a new entry for its new content, and the finding follows the change.
+    (split / "fsdp.py").write_text((split / "fsdp.py").read_text().replace("FSDP(model, use_orig_params=True)", "model"))
+    after = _fresh(split, "train.py")
+    assert len(_entries(split)) == 3
+    assert "FSDP501" in codes(first) and "FSDP501" not in codes(after)
+
+
+def test_no_cache_writes_nothing(split):
+    run(split, "train.py", cache=False)
+    assert not (split / "cache").exists() and not (split / ".fsdplint_cache").exists()
+
+
+def test_default_cache_dir_ignores_itself(split):
+    r = CliRunner().invoke(main, ["check", "--isolated", "--exit-zero", "train.py"])
+    assert r.exit_code == 0
+    assert (split / ".fsdplint_cache" / ".gitignore").read_text().strip().endswith("*")
+
+
+def _fresh(root: Path, *args: str) -> list[dict]:
+    """A run in a new process (the in-process memo of a previous run does not hide the cache)."""
+    p = subprocess.run([FSDPLINT, "check", "--isolated", "--exit-zero", "--output-format", "json",
+                        "--cache-dir", str(root / "cache"), *args], cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_corrupt_entry_is_a_miss(split):
+    first = _fresh(split, "train.py")
+    for p in _entries(split):
+        p.write_text("{not json")
+    assert _fresh(split, "train.py") == first
+    assert all(json.loads(p.read_text())["v"] for p in _entries(split))  # rewritten
+
+
+def test_two_concurrent_runs(split):
+    cmd = [FSDPLINT, "check", "--isolated", "--exit-zero", "--output-format", "json",
+           "--cache-dir", str(split / "cache"), "train.py"]
+    procs = [subprocess.Popen(cmd, cwd=split, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert json.loads(outs[0][0]) == json.loads(outs[1][0]) == run(split, "train.py", cache=False)
+    assert not list((split / "cache").rglob(".tmp-*"))
