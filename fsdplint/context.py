@@ -146,8 +146,10 @@ class LintContext:
         if launch is not None and getattr(launch, "uses_fsdp", False):
             return True
         if not _FSDP_WORDS.search(self.source):
-            a = self.analysis  # a launch config found next to the script may still enable it
-            return a.launch is not None and a.launch.uses_fsdp
+            # A launch config found next to the script may still enable it, or the project's other modules
+            # that this file's programs run may wrap the model.
+            a = self.analysis
+            return (a.launch is not None and a.launch.uses_fsdp) or bool(a.foreign_calls and a.uses_fsdp)
         if _FSDP_WORDS.search(_code_only(self.source)):
             return True
         a = self.analysis

@@ -60,7 +60,9 @@ class Builder(Classes, Linking):
                 break
         d = dotted(expr)
         if d is None:
-            return None
+            # `setup_fsdp(load_model(name))`: a nested call of an inlined helper is the object it returned.
+            returned = self._returned.get(id(expr)) if isinstance(expr, cst.Call) else None
+            return Ref(returned, False) if returned else None
         parts = d.split(".")
         if parts[0] in HOLDERS and len(parts) > 1:
             root, rest = ".".join(parts[:2]), parts[2:]
@@ -100,6 +102,7 @@ class Builder(Classes, Linking):
         self._hops: dict[Path, int] = {}  # module of the project -> how many modules away from this file
         self._callees: dict[int, tuple] = {}  # id(call) -> its project callee (memo)
         self._inline_sites: dict[int, list[Call]] = {}  # id(helper scope) -> the calls it was inlined at
+        self._returned: dict[int, str] = {}  # id(call node of an inlined helper) -> the key it returns
         self.foreign_calls: list[Call] = []
         called: set[int] = set()
         for call in self.c.calls:
@@ -157,6 +160,8 @@ class Builder(Classes, Linking):
                     d = dotted(arg) if arg is not None else None
                     if d is not None:
                         sub_map[p] = step.key(d) if d.split(".")[0] not in HOLDERS else d
+                    elif isinstance(arg, cst.Call) and self._returned.get(id(arg)):
+                        sub_map[p] = self._returned[id(arg)]  # the helper's result, passed on directly
                 if origin is None:
                     tag = str(item.seq)
                 else:
@@ -178,6 +183,8 @@ class Builder(Classes, Linking):
                         for el in r.elements:
                             ed = dotted(el.value)
                             step.returns.append(probe.key(ed) if ed else "")
+                if len(step.returns) == 1 or len(set(step.returns)) == 1:
+                    self._returned[id(item.node)] = step.returns[0]
             steps.append(step)
         return steps
 

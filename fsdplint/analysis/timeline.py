@@ -127,9 +127,10 @@ class Timeline:
         if self.analysis.exclusive(a.step, b.step):
             return True
         for x, y in ((a, b), (b, a)):
-            if x.kind in ("wrap1", "shard2"):
+            kind = getattr(x, "kind", None)  # rules may pass a bare step probe
+            if kind in ("wrap1", "shard2"):
                 v = self._version_guard(y.step)
-                if v is not None and v != (1 if x.kind == "wrap1" else 2):
+                if v is not None and v != (1 if kind == "wrap1" else 2):
                     return True
         return False
 
