@@ -177,7 +177,8 @@ def lint_package(files: dict, name: str, tmp: Path) -> list[tuple[str, int]]:
     for fname, text in files.items():
         (pkg / fname).write_text(text)
     r = CliRunner().invoke(main, ["check", "--isolated", "--output-format", "json", "--exit-zero", "--no-cache",
-                                  *TARGETS, *_args(name), str(pkg / "train.py")])
+                                  *TARGETS, *(a.replace(name, "train.py") for a in _args(name)),
+                                  str(pkg / "train.py")])  # a `--launch` names the script by its new name
     assert r.exit_code == 0, r.output
     found = json.loads(r.stdout)
     assert all(f["code"] not in ("FSDP900", "FSDP901") for f in found), found

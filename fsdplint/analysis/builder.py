@@ -90,7 +90,9 @@ class Builder(Classes, Linking):
     project: Any = None
     path: Optional[Path] = None
 
-    def _build(self) -> None:
+    def _init_build_state(self) -> None:
+        """The builder's records, empty: set before anything (the argument values too) can look into the
+        project's other modules."""
         self._derived: dict[str, str] = {}
         self._origins: dict[int, Any] = {}  # id(scope) -> the other module of the project it belongs to
         self._foreign_mods: list = []
@@ -104,6 +106,8 @@ class Builder(Classes, Linking):
         self._inline_sites: dict[int, list[Call]] = {}  # id(helper scope) -> the calls it was inlined at
         self._returned: dict[int, str] = {}  # id(call node of an inlined helper) -> the key it returns
         self.foreign_calls: list[Call] = []
+
+    def _build(self) -> None:
         called: set[int] = set()
         for call in self.c.calls:
             callee = self._same_file_callee(call, self.c)

@@ -38,7 +38,7 @@ class ScriptAnalysis(Values, Paths, Builder):
         self.path = path.resolve() if path is not None else None
         # Parsed command-line arguments' values (fsdplint.arguments.ArgEnv): code they rule out is left out.
         self.env = env
-        self.foreign_calls: list[Call] = []  # filled by _build
+        self._init_build_state()
         self._dead: set[int] = self._dead_items() if env is not None else set()
         self._build()
 
