@@ -392,3 +392,31 @@ def test_two_concurrent_runs(split):
     assert all(p.returncode == 0 for p in procs), outs
     assert json.loads(outs[0][0]) == json.loads(outs[1][0]) == run(split, "train.py", cache=False)
     assert not list((split / "cache").rglob(".tmp-*"))
+
+
+def test_argument_values_and_the_project_view_together(project):
+    # argparse values decide branches while the project's other modules are read: a test that reads the
+    # name it decides (`model is None`), and values asked for before the timelines exist.
+    write(project, {"utils.py": """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def wrap(model):
+            return FSDP(model)
+    """, "train.py": """
+        import argparse
+        import torch
+        from utils import wrap
+
+        p = argparse.ArgumentParser()
+        p.add_argument("--shard", action="store_true")
+        args = p.parse_args()
+        model = build()
+        if args.shard and model is not None:
+            model = wrap(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """})
+    off = run(project, "train.py", cache=False)
+    on = run(project, "--launch", "python train.py --shard", "train.py", cache=False)
+    for found in (off, on):
+        assert all(f["code"] not in ("FSDP900", "FSDP901") for f in found), found
+    assert "FSDP501" not in codes(off) and "FSDP501" in codes(on), on

@@ -412,8 +412,17 @@ class Values:
         return live
 
     def _truth_at(self, if_node) -> Optional[frozenset]:
-        scope = self._scope_of_if.get(id(if_node))
-        return self.test_truth(if_node, scope)
+        # `x = None` / `if flag and x is None: x = ...`: the test reads the name whose assignments it
+        # decides; asked again while deciding it, the answer is unknown (not an endless recursion).
+        busy = self.__dict__.setdefault("_truth_busy", set())
+        if id(if_node) in busy:
+            return None
+        busy.add(id(if_node))
+        try:
+            scope = self._scope_of_if.get(id(if_node))
+            return self.test_truth(if_node, scope)
+        finally:
+            busy.discard(id(if_node))
 
     @cached_property
     def _scope_of_if(self) -> dict:
