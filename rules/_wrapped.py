@@ -21,10 +21,22 @@ def fsdp_state(a, t, ev) -> Optional[str]:
 
 
 def under_context(a, ev, *names: str) -> bool:
-    """Whether the event runs inside `with <...>.name(...)` for one of `names`."""
+    """Whether the event runs inside `with <...>.name(...)` for one of `names`, also through a name bound to
+    such a context or a lambda returning one (`ctx = lambda: FSDP.summon_full_params(m) if fsdp else
+    nullcontext()`, then `with ctx():`)."""
+    import libcst as cst
+
+    from fsdplint.resolve import dotted
+
+    scope = ev.call.scope if ev.call is not None else None
     for w in a.enclosing_withs(ev.step):
         code = a.code(w)
         if any(n in code for n in names):
+            return True
+        target = w.func if isinstance(w, cst.Call) else w
+        d = dotted(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+        bound = a.binding(d, scope) if d else None
+        if bound is not None and any(n in a.code(bound) for n in names):
             return True
     return False
 

@@ -60,6 +60,22 @@ class GenerateUnderFsdp(Rule):
         with FSDP.summon_full_params(model, writeback=False, recurse=False):
             out = model.generate(**inputs)
         """,
+        # The gathering context through a lambda (HALOs' trainers: FSDP or not, one code path).
+        """
+        import contextlib
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Trainer:
+            def __init__(self, policy, fsdp):
+                self.fsdp = fsdp
+                self.policy = FSDP(policy, use_orig_params=True)
+
+            def sample(self, batch):
+                ctx = lambda: (FSDP.summon_full_params(self.policy, writeback=False, recurse=False) if self.fsdp
+                               else contextlib.nullcontext())
+                with ctx():
+                    return self.policy.generate(batch["prompt_input_ids"])
+        """,
         """
         from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
         for layer in model.model.layers:
