@@ -112,6 +112,24 @@ class EightBitWithFsdp(Rule):
         ),
     ]
     INVALID = [
+        # One option of a choice made from a value fsdplint cannot read (a config filled from the command
+        # line): a warning that names the condition.
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            def main(train_config):
+                if train_config.quantization == "4bit":
+                    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+                elif train_config.quantization == "8bit":
+                    bnb = BitsAndBytesConfig(load_in_8bit=True)
+                model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb)
+                model = FSDP(model)
+            """,
+            line=8,
+            severity="warning",
+        ),
         # The script asks the helper for its 8-bit branch.
         Invalid(
             """
@@ -201,12 +219,32 @@ class EightBitWithFsdp(Rule):
                 continue
             if _never_taken(a, call):
                 continue  # a branch of a helper that no call of it in this script takes
+            choice = _unknown_choice(a, call)
             ctx.report(
                 call.kwarg("load_in_8bit") or call.node,
-                "The model is loaded in 8-bit under FSDP: bitsandbytes' int8 weights cannot be flattened or sharded "
+                "The model is loaded in 8-bit under FSDP" + (
+                    f" when `{a.code(choice.node.test)}` (line {ctx.line(choice.node)}), a value fsdplint cannot "
+                    "read here (a config or command-line value)" if choice is not None else "") +
+                ": bitsandbytes' int8 weights cannot be flattened or sharded "
                 "with the float parameters (ValueError: Must flatten tensors with uniform dtype ... torch.int8). Use "
                 "4-bit with bnb_4bit_quant_storage equal to the model dtype, or DDP.",
+                # One option of a choice the job makes at run time: a warning, not an error on a guess.
+                severity=Severity.WARNING if choice is not None else None,
             )
+
+
+def _unknown_choice(a, call):
+    """The `if`/`elif` of a choice (it has another branch) that the 8-bit load sits in, when its test's value
+    is not known here (`elif train_config.quantization == "8bit":` with the value set from the command line)."""
+    guards = list(call.guards)
+    for g in reversed(guards):  # innermost first: the `elif` that picks 8-bit, not the `if` before it
+        test = getattr(g.node, "test", None)
+        if g.branch != "body" or test is None or g.loop_depth:
+            continue
+        is_elif = any(o.branch == "orelse" and getattr(o.node, "orelse", None) is g.node for o in guards)
+        if (is_elif or getattr(g.node, "orelse", None) is not None) and UNKNOWN in a.truth(test, call.scope):
+            return g
+    return None
 
 
 def _never_taken(a, call) -> bool:
