@@ -128,6 +128,13 @@ class LintContext:
         if arg_facts is not None:
             script_facts = arg_facts.merged(script_facts) if script_facts is not None else arg_facts
         facts = yaml_facts.merged(script_facts) if (yaml_facts and script_facts) else (yaml_facts or script_facts)
+        env_facts = launch_mod.from_environ(a) if "environ" in self.source else None
+        if env_facts is not None and facts is not None:
+            env_facts.source, env_facts.text = env_facts.source or facts.source, env_facts.text or facts.text
+            facts = env_facts.merged(facts) if env_facts.fsdp_version is not None or facts.fsdp_version is None \
+                else _with_settings(facts, env_facts)
+        elif env_facts is not None and env_facts.fsdp_version is not None:
+            facts = env_facts  # `os.environ["ACCELERATE_USE_FSDP"] = "true"` before Accelerator(): FSDP without a launcher
         if facts is not None:
             a.launch = facts
             a.launch_fsdp_version = facts.fsdp_version
@@ -252,3 +259,14 @@ class LintContext:
                                        severity=severity))
         elif fallback is not None:
             self.report(fallback, message, fix=fix, severity=severity)
+
+
+def _with_settings(facts, env_facts):
+    """`facts` with the settings the script writes into its environment on top (FSDP_* variables)."""
+    facts.settings.update(env_facts.settings)
+    v = env_facts.get("version")
+    if v is not None:
+        from fsdplint.launch import _version_of
+
+        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
+    return facts

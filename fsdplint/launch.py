@@ -178,6 +178,34 @@ def find_accelerate_config(script: Path) -> Optional[LaunchFacts]:
 
 
 # -- settings written in the script ------------------------------------------------------
+def from_environ(analysis) -> Optional[LaunchFacts]:
+    """FSDP settings the script writes into its own environment before accelerate reads them
+    (`os.environ["FSDP_VERSION"] = "2"`, `os.environ["ACCELERATE_USE_FSDP"] = "true"`): they replace what the
+    launcher put there, so they win over the launch config."""
+    facts = LaunchFacts()
+    found = False
+    for scope in analysis.c.scopes:
+        for ds in scope.dict_sets:
+            if ds.target not in ("os.environ", "environ") or not isinstance(ds.key, str):
+                continue
+            key = ds.key.upper()
+            value = analysis.value(ds.value, ds.scope)
+            if key == "ACCELERATE_USE_FSDP":
+                found = True
+                if str(value).strip().lower() in ("1", "true", "yes"):
+                    facts.fsdp_version = facts.fsdp_version or 1
+            elif key.startswith("FSDP_"):
+                found = True
+                name = _norm(key)
+                facts.settings[name] = Setting(name, value, "", 0, ds.value)
+    if not found:
+        return None
+    v = facts.get("version")
+    if v is not None and facts.fsdp_version is not None:
+        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
+    return facts
+
+
 def from_script(analysis) -> Optional[LaunchFacts]:
     """FSDP settings from TrainingArguments/SFTConfig/... and FullyShardedDataParallelPlugin calls."""
     facts = LaunchFacts()

@@ -252,3 +252,37 @@ def test_the_launch_is_the_other_half_sarif_related_locations_and_full_text():
     # The related location line: the launcher's file, line and what it is.
     assert any(line.strip().startswith("=") and "sft_qlora_fsdp2.sh:3:" in line
                and line.endswith("the launch that leads to this finding") for line in full.splitlines())
+
+
+LORA_PREPARE = """\
+import os
+import torch
+from accelerate import Accelerator
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    {env}
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+    model.requires_grad_(False)
+    model.add_adapter(LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize("env,fsdp1_finding", [
+    ("pass", True),  # `accelerate launch --use_fsdp`: FSDP1, use_orig_params false from the environment
+    ('os.environ["FSDP_VERSION"] = "2"', False),  # the script switches accelerate to FSDP2 itself
+    ('os.environ["FSDP_USE_ORIG_PARAMS"] = "true"', False),
+])
+def test_fsdp_settings_the_script_writes_into_its_environment_win(tmp_path, env, fsdp1_finding):
+    script = _project(tmp_path, LORA_PREPARE.format(env=env),
+                      {"launch.sh": "accelerate launch --use_fsdp --num_processes 8 train.py\n"})
+    found = _run([str(script)])
+    assert bool(_codes(found, "FSDP004")) is fsdp1_finding, found
