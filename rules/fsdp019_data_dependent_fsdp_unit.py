@@ -142,6 +142,22 @@ class DataDependentFsdpUnit(Rule):
         ),
     ]
     INVALID = [
+        # The policy spelled as torch's private partial (the reporter's script in pytorch#126616).
+        Invalid(
+            """
+            import functools
+            from torch import nn
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import _module_wrap_policy
+
+            class Expert(nn.Module):
+                pass
+
+            policy = functools.partial(_module_wrap_policy, module_classes={Expert})
+            model = FSDP(Net(), auto_wrap_policy=policy)
+            """,
+            line=9,
+        ),
         Invalid(
             """
             from torch.distributed.fsdp import fully_shard
@@ -231,12 +247,14 @@ class DataDependentFsdpUnit(Rule):
                 if _per_expert(call, target):
                     ctx.report(call.node, _message("each routed expert is wrapped as its own FSDP unit"))
                     continue
-            if call.api in ("ModuleWrapPolicy", "transformer_auto_wrap_policy") or (
-                call.api == "functools_partial" and call.arg(0) is not None
-                and (a.resolver.qualify(call.arg(0)) or "").endswith("transformer_auto_wrap_policy")
+            partial_of = (a.resolver.qualify(call.arg(0)) or "") if (
+                call.api == "functools_partial" and call.arg(0) is not None) else ""
+            if call.api in ("ModuleWrapPolicy", "transformer_auto_wrap_policy") or partial_of.endswith(
+                ("transformer_auto_wrap_policy", "_module_wrap_policy")
             ):
-                classes = call.kw("transformer_layer_cls") or (call.arg(0, "module_classes")
-                                                               if call.api == "ModuleWrapPolicy" else None)
+                # functools.partial(_module_wrap_policy, module_classes={Expert}) is what ModuleWrapPolicy does.
+                classes = call.kw("transformer_layer_cls") or call.kw("module_classes") or (
+                    call.arg(0, "module_classes") if call.api == "ModuleWrapPolicy" else None)
                 name = _expert_class(a, classes)
                 if name:
                     ctx.report(call.node, _message(f"the wrap policy makes every `{name}` (one routed expert) a unit"))
