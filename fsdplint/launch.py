@@ -178,6 +178,16 @@ def find_accelerate_config(script: Path) -> Optional[LaunchFacts]:
 
 
 # -- settings written in the script ------------------------------------------------------
+def _finished(facts: LaunchFacts, found: bool) -> Optional[LaunchFacts]:
+    """None when nothing was found; else the facts, with an explicit `version` setting deciding FSDP1/2."""
+    if not found:
+        return None
+    v = facts.get("version")
+    if v is not None and facts.fsdp_version is not None:
+        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
+    return facts
+
+
 def from_environ(analysis) -> Optional[LaunchFacts]:
     """FSDP settings the script writes into its own environment before accelerate reads them
     (`os.environ["FSDP_VERSION"] = "2"`, `os.environ["ACCELERATE_USE_FSDP"] = "true"`): they replace what the
@@ -198,12 +208,7 @@ def from_environ(analysis) -> Optional[LaunchFacts]:
                 found = True
                 name = _norm(key)
                 facts.settings[name] = Setting(name, value, "", 0, ds.value)
-    if not found:
-        return None
-    v = facts.get("version")
-    if v is not None and facts.fsdp_version is not None:
-        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
-    return facts
+    return _finished(facts, found)
 
 
 def from_script(analysis) -> Optional[LaunchFacts]:
@@ -232,12 +237,7 @@ def from_script(analysis) -> Optional[LaunchFacts]:
             if a.keyword is not None:
                 key = _norm(a.keyword.value)
                 facts.settings[key] = Setting(key, analysis.value(a.value, call.scope), "", 0, a.value)
-    if not found:
-        return None
-    v = facts.get("version")
-    if v is not None and facts.fsdp_version is not None:
-        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
-    return facts
+    return _finished(facts, found)
 
 
 def _add_dict(facts: LaunchFacts, analysis, expr, scope) -> None:
