@@ -238,11 +238,17 @@ class LintContext:
 
     def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None,
                severity=None, related: tuple = ()) -> None:
-        """Report at `node`. A node of another module of the project is reported at the call in this file
+        """Report at `node` (or at an event: see below). A node of another module of the project is reported at the call in this file
         through which it runs, naming the other place (the engine does that); `related`: nodes (or events)
         the finding depends on, shown as related locations when they sit in another module."""
         rule = self.rule
         assert rule is not None, "report() outside a rule"
+        step = getattr(node, "step", None)
+        if step is not None:  # an event: at its node, or at the call in this file through which its module ran
+            if getattr(step, "origin", None) is not None and getattr(step, "site", None) is not None:
+                related, node = (node.node, *related), step.site.node
+            else:
+                node = node.node
         nodes = tuple(getattr(r, "node", r) for r in related) + tuple(self._mentioned)
         self._mentioned.clear()
         self.reports.append(Report(rule, node, message or getattr(rule, "message", rule.summary), fix,

@@ -222,7 +222,7 @@ class CollectiveInRankGuard(Rule):
                 if what is None:
                     continue
                 ctx.report(
-                    ev.node,
+                    ev,  # from another module: at the call in this file that ran it under this guard
                     f"{what} is a collective on a sharded model (every rank must join its gathers), but it runs only "
                     f"on some ranks (guard at line {ctx.line(guard)}): rank 0 waits for the others forever and the "
                     "job hangs until the NCCL timeout. Gather on all ranks outside the guard, then let rank 0 "

@@ -420,3 +420,26 @@ def test_argument_values_and_the_project_view_together(project):
     for found in (off, on):
         assert all(f["code"] not in ("FSDP900", "FSDP901") for f in found), found
     assert "FSDP501" not in codes(off) and "FSDP501" in codes(on), on
+
+
+def test_a_finding_from_another_module_is_placed_at_the_call_that_runs_it_that_way(project):
+    # The helper runs twice: on every rank (fine), then under a rank-0 guard (a hang). The finding names the
+    # second call, whose guard it reports, not the first call of the helper.
+    write(project, {"ckpt.py": """
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        def snapshot(model):
+            return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    """, "train.py": """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        from ckpt import snapshot
+
+        fully_shard(model)
+        first = snapshot(model)
+        if dist.get_rank() == 0:
+            last = snapshot(model)
+    """})
+    found = [f for f in run(project, "train.py", cache=False) if f["code"] == "FSDP401"]
+    assert [f["location"]["row"] for f in found] == [8], found
+    assert found[0]["related"][0]["filename"].endswith("ckpt.py")
