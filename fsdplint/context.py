@@ -132,7 +132,7 @@ class LintContext:
         if env_facts is not None and facts is not None:
             env_facts.source, env_facts.text = env_facts.source or facts.source, env_facts.text or facts.text
             facts = env_facts.merged(facts) if env_facts.fsdp_version is not None or facts.fsdp_version is None \
-                else _with_settings(facts, env_facts)
+                else launch_mod.with_environ(facts, env_facts)
         elif env_facts is not None and env_facts.fsdp_version is not None:
             facts = env_facts  # `os.environ["ACCELERATE_USE_FSDP"] = "true"` before Accelerator(): FSDP without a launcher
         if facts is not None:
@@ -265,14 +265,3 @@ class LintContext:
                                        severity=severity))
         elif fallback is not None:
             self.report(fallback, message, fix=fix, severity=severity)
-
-
-def _with_settings(facts, env_facts):
-    """`facts` with the settings the script writes into its environment on top (FSDP_* variables)."""
-    facts.settings.update(env_facts.settings)
-    v = env_facts.get("version")
-    if v is not None:
-        from fsdplint.launch import _version_of
-
-        facts.fsdp_version = _version_of(v.value) or facts.fsdp_version
-    return facts

@@ -211,6 +211,12 @@ def from_environ(analysis) -> Optional[LaunchFacts]:
     return _finished(facts, found)
 
 
+def with_environ(facts: LaunchFacts, env: LaunchFacts) -> LaunchFacts:
+    """`facts` with the FSDP_* settings the script writes into its environment on top."""
+    facts.settings.update(env.settings)
+    return _finished(facts, True)
+
+
 def from_script(analysis) -> Optional[LaunchFacts]:
     """FSDP settings from TrainingArguments/SFTConfig/... and FullyShardedDataParallelPlugin calls."""
     facts = LaunchFacts()

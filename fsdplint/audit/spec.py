@@ -274,12 +274,17 @@ def spec_from_dict(data: Mapping, *, filename: str = "<spec>", base_dir: Optiona
     return spec
 
 
-def _parse_training(t: Any, where: str) -> TrainingSpec:
-    if not isinstance(t, dict):
-        raise AuditInputError(f"{where}: training: expected an object, got {t!r}")
-    unknown = sorted(set(t) - set(TRAINING_KEYS))
+def _check_section(value: Any, name: str, keys, where: str) -> None:
+    """A spec section must be an object with known keys only; else one line naming the section and key."""
+    if not isinstance(value, dict):
+        raise AuditInputError(f"{where}: {name}: expected an object, got {value!r}")
+    unknown = sorted(set(value) - set(keys))
     if unknown:
-        raise AuditInputError(f"{where}: training: unknown key {unknown[0]!r} (expected {', '.join(TRAINING_KEYS)})")
+        raise AuditInputError(f"{where}: {name}: unknown key {unknown[0]!r} (expected {', '.join(keys)})")
+
+
+def _parse_training(t: Any, where: str) -> TrainingSpec:
+    _check_section(t, "training", TRAINING_KEYS, where)
     s = TrainingSpec()
     w = f"{where}: training"
     if t.get("seq_len") is not None:
@@ -545,11 +550,7 @@ def _set_quant(spec: AuditSpec, q: Optional[dict]) -> None:
 
 
 def _parse_fsdp(f: Any, where: str) -> FsdpSpec:
-    if not isinstance(f, dict):
-        raise AuditInputError(f"{where}: fsdp: expected an object, got {f!r}")
-    unknown = sorted(set(f) - set(FSDP_KEYS))
-    if unknown:
-        raise AuditInputError(f"{where}: fsdp: unknown key {unknown[0]!r} (expected {', '.join(FSDP_KEYS)})")
+    _check_section(f, "fsdp", FSDP_KEYS, where)
     s = FsdpSpec()
     w = f"{where}: fsdp"
     if "version" in f:
