@@ -170,6 +170,8 @@ class Collector(cst.CSTVisitor):
         self.scopes: list[Scope] = [self.module_scope]
         self.functions: dict[str, Scope] = {}
         self.methods: dict[tuple[str, str], Scope] = {}
+        # Functions defined inside another function, by (id of the enclosing scope, name).
+        self.nested: dict[tuple[int, str], Scope] = {}
         self.class_bases: dict[str, tuple[str, ...]] = {}
         self.calls: list[Call] = []
         self.import_froms: list[tuple[cst.ImportFrom, tuple[Guard, ...]]] = []
@@ -409,6 +411,8 @@ class Collector(cst.CSTVisitor):
             self.methods[(klass, node.name.value)] = scope
         elif len(self._scope_stack) == 1:
             self.functions[node.name.value] = scope
+        elif not self._class_stack or self._scope_stack[-1].klass == klass:
+            self.nested[(id(self._scope_stack[-1]), node.name.value)] = scope
         self._scope_stack.append(scope)
         # A function body runs later, under the guards of its call site, not of its definition.
         self._saved = getattr(self, "_saved", [])

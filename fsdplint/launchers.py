@@ -783,16 +783,25 @@ def runs_script(launch: Launch, script: Path) -> bool:
     return any(w and tuple(parts[-len(w):]) == tuple(w) for w in want)
 
 
-def launches_for(script: Path) -> list[Launch]:
-    """The launches in the project's shell scripts that run `script` (deepspeed jobs left out)."""
+def launches_for(script: Path, linted_root: Optional[str] = None) -> list[Launch]:
+    """The launches in the project's shell scripts that run `script` (deepspeed jobs left out).
+    `linted_root`: the directory the user lints (`fsdplint check DIR`); with no project marker above the
+    script, a directory the user chose to lint as a whole is the project (its launch.sh may sit two levels
+    above `scripts/fsdp/train.py`)."""
     try:
         root = project_root(script)
     except OSError:
         return []
+    depth = 4 if _has_marker(root) else 0
+    if not depth and linted_root:
+        lr = Path(linted_root).resolve()
+        if lr != root and lr in root.parents:
+            root, depth = lr, 4
     needle = script.stem if script.name != "__main__.py" else script.parent.name
     out = []
-    # Outside a project (no pyproject.toml/setup.py/.git above): the script's own directory only.
-    for sh in shell_files(root, 4 if _has_marker(root) else 0):
+    # Outside a project (no pyproject.toml/setup.py/.git above, not under the linted directory): the script's
+    # own directory only.
+    for sh in shell_files(root, depth):
         try:
             st = sh.stat()
         except OSError:

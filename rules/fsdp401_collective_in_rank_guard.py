@@ -1,7 +1,7 @@
 from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
-from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
 from fsdplint.rules._wrapped import saves_no_weights
 
 _ACCELERATE = {"accelerator.get_state_dict", "accelerator.save_state", "accelerator.save_model"}
@@ -14,7 +14,8 @@ class CollectiveInRankGuard(Rule):
     sides = "S"
     summary = (
         "state_dict gathering (`state_dict()`, `get_peft_model_state_dict`, `save_state`, FSDP1 FULL_STATE_DICT) "
-        "called on rank 0 only: hangs"
+        "or an explicit collective (`dist.all_reduce`, `dist.barrier`, `DTensor.full_tensor()`) called on rank 0 "
+        "only: hangs"
     )
     versions = {"torch": ">=2.0"}
     doc = """
@@ -24,11 +25,19 @@ class CollectiveInRankGuard(Rule):
     `@rank_zero_only`): `model.state_dict()`, `get_peft_model_state_dict(model)` and `save_pretrained()`
     without `state_dict=` on an FSDP1 model; `get_model_state_dict(..., full_state_dict=True)`;
     `accelerator.get_state_dict` / `save_state` / `save_model` and `trainer.save_model()` under an FSDP launch.
+    Also explicit collectives on such a path — `torch.distributed` collectives (`all_reduce`, `barrier`,
+    `broadcast`, `all_gather_object`, ...) without their own `group=`, and `DTensor.full_tensor()` — in this
+    file or in a project helper the guarded code calls. Not reported: the same gathering or collective in the
+    guard's other branch, or under a guard of the opposite kind (`if rank != 0: dist.barrier()` before rank 0's
+    download and `if rank == 0: dist.barrier()` after it), since every rank then joins it.
 
     ## Why is this bad?
     Gathering a sharded state dict is a collective: every rank must take part in the all-gathers. When
     only rank 0 calls it, rank 0 waits forever for the others, and the job dies with an NCCL timeout
-    (or hangs) at the first checkpoint, often hours into training.
+    (or hangs) at the first checkpoint, often hours into training. `DTensor.full_tensor()` is
+    `redistribute(placements=[Replicate()]...)`, an all-gather over the tensor's mesh (torch 2.13
+    torch/distributed/tensor/_api.py), so gathering FSDP2 parameters or optimizer moments on rank 0 alone
+    hangs the same way (bergson#376).
 
     ## Example
     ```python
@@ -54,7 +63,8 @@ class CollectiveInRankGuard(Rule):
     All torch versions with FSDP; torch >= 2.3 for `torch.distributed.checkpoint.state_dict`.
 
     ## References
-    - pytorch#122903, pytorch#143536; accelerate#2000
+    - pytorch#122903, pytorch#143536; accelerate#2000; bergson#376 (optimizer moments gathered with
+      `full_tensor()` in a helper called on rank 0 only)
     - accelerate docs (usage_guides/fsdp.md: saving); peft docs accelerate/fsdp.md
     """
     references = ("pytorch#122903", "pytorch#143536", "accelerate#2000")
@@ -129,8 +139,113 @@ class CollectiveInRankGuard(Rule):
             tokenizer.save_pretrained("out")
             model.generation_config.save_pretrained("out")
         """,
+        # Both branches of the rank test gather the same way: every rank joins the collective.
+        """
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def checkpoint(net, path):
+            dcp.save({"model": get_model_state_dict(net)}, checkpoint_id=path)
+
+        model = FSDP(model, auto_wrap_policy=policy)
+        leader = dist.get_rank() == 0
+        if leader:
+            with tracker.paused():
+                checkpoint(model, "ckpt")
+        else:
+            checkpoint(model, "ckpt")
+        """,
+        # The helper shards only when asked; this call site says no, so the model saved on rank 0 is plain.
+        """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def build(cfg, shard=True):
+            model = load(cfg)
+            if cfg.fsdp and shard:
+                model = FSDP(model, auto_wrap_policy=policy)
+            return model
+
+        model = build(cfg, shard=False)
+        if dist.get_rank() == 0:
+            model.save_pretrained("out")
+        """,
+    ]
+    VALID += [
+        # Every rank gathers the sharded tensors; only rank 0 writes.
+        """
+        import torch
+        import torch.distributed as dist
+
+        def export(moments, path):
+            full = {k: v.full_tensor().cpu() for k, v in moments.items()}
+            if dist.get_rank() == 0:
+                torch.save(full, path)
+
+        export(opt_moments, "moments.pt")
+        """,
+        # Rank 0 downloads first while the others wait; then rank 0 releases them.
+        """
+        import torch.distributed as dist
+        if dist.get_rank() != 0:
+            dist.barrier()
+        fetch_dataset()
+        if dist.get_rank() == 0:
+            dist.barrier()
+        """,
+        # A collective over a group of the script's own (it may hold just the guarded ranks).
+        """
+        import torch.distributed as dist
+        if dist.get_rank() == 0:
+            dist.all_reduce(stats, group=leaders)
+        """,
     ]
     INVALID = [
+        # A project helper gathers DTensor shards with full_tensor(), and it is called on rank 0 only.
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def export(moments, path):
+                full = {}
+                for k, v in moments.items():
+                    full[k] = v.full_tensor().cpu()
+                torch.save(full, path)
+
+            if dist.get_rank() == 0:
+                export(opt_moments, "moments.pt")
+            """,
+            line=7,
+            options=IN_FSDP_JOB,
+        ),
+        # An all-reduce of metrics inside the logging branch of rank 0.
+        Invalid(
+            """
+            import torch.distributed as dist
+            if dist.get_rank() == 0:
+                dist.all_reduce(loss_sum)
+                print(loss_sum.item())
+            """,
+            line=3,
+            options=IN_FSDP_JOB,
+        ),
+        # Only the branch of rank 0 gathers; the other ranks do something else.
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy)
+            if dist.get_rank() == 0:
+                torch.save(get_model_state_dict(model), "model.pt")
+            else:
+                log("waiting")
+            """,
+            line=6,
+        ),
         Invalid(
             """
             import torch.distributed as dist
@@ -211,16 +326,18 @@ class CollectiveInRankGuard(Rule):
     def check(self, ctx) -> None:
         a = ctx.analysis
         launch = getattr(a, "launch_fsdp_version", None)
+        reported: set = set()
         for t in a.timelines:
             for ev in t.events:
                 if ev.kind not in ("state_dict", "save") or (ev.kind == "save" and saves_no_weights(a, ev)):
                     continue  # (a config's or tokenizer's save_pretrained writes a small file: no collective)
                 guard = a.rank_guard(ev.step)
-                if guard is None:
+                if guard is None or _both_branches(a, t, ev, guard):
                     continue
                 what = _collective(a, t, ev, launch) or _gathering_save(ctx, a, t, ev, launch)
                 if what is None:
                     continue
+                reported.add(id(ev.step))
                 ctx.report(
                     ev,  # from another module: at the call in this file that ran it under this guard
                     f"{what} is a collective on a sharded model (every rank must join its gathers), but it runs only "
@@ -228,6 +345,114 @@ class CollectiveInRankGuard(Rule):
                     "job hangs until the NCCL timeout. Gather on all ranks outside the guard, then let rank 0 "
                     "write (pass the gathered dict as save_pretrained(..., state_dict=sd)).",
                 )
+        self._explicit(ctx, a, reported)
+
+    def _explicit(self, ctx, a, reported: set) -> None:
+        """Explicit collectives (`dist.all_reduce`, `dist.barrier`, `DTensor.full_tensor()`) on a path that
+        only some ranks take, in this file or in a helper of the project it calls."""
+        seen: set = set()
+        for t in a.timelines:
+            for step in t.steps:
+                call = step.call
+                label = _explicit_collective(call) if call is not None else None
+                if label is None or id(step) in reported:
+                    continue
+                guard = a.rank_guard(step)
+                if guard is None or (id(call.node), id(guard)) in seen or _reached_by_all(a, t, step, guard, label):
+                    continue
+                seen.add((id(call.node), id(guard)))
+                ctx.report(
+                    step.site.node if step.origin is not None and step.site is not None else call.node,
+                    f"{label} is a collective (every rank of the group must call it), but it runs only on some ranks "
+                    f"(guard at line {ctx.line(guard)}){_via(ctx, step)}: the ranks that call it wait for the others "
+                    "forever and the job hangs until the NCCL timeout. Call it on every rank, outside the guard (keep "
+                    "only the writing under it).",
+                    related=(call.node,) if step.origin is not None else (),
+                )
+
+
+# torch.distributed collectives (torch 2.13 distributed_c10d.py): every rank of the group must call them.
+_TORCH_COLLECTIVES = frozenset({
+    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
+    "broadcast", "broadcast_object_list", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
+    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+})
+
+
+def _explicit_collective(call):
+    """A label for an explicit collective call, else None. A call given its own `group=` may run over a
+    group of just the guarded ranks: not judged."""
+    if call.method == "full_tensor" and call.receiver is not None and not call.node.args:
+        return "DTensor.full_tensor() (an all-gather over the mesh)"
+    q = call.qualname or ""
+    if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in _TORCH_COLLECTIVES and q.count(".") <= 3:
+        if call.kw("group") is not None or call.kw("process_group") is not None:
+            return None
+        return f"{q.rsplit('.', 1)[-1]}()"
+    return None
+
+
+def _via(ctx, step) -> str:
+    if step.origin is None:
+        return ""
+    return f", reached through {step.site.func or 'a call'}() at line {ctx.line(step.site.node)}" \
+        if step.site is not None else ""
+
+
+def _reached_by_all(a, t, step, guard, label) -> bool:
+    """The same collective also runs where the guard does not hold: the other branch of the same `if`, or
+    a guard of the opposite kind (`if rank != 0: dist.barrier()` ... `if rank == 0: dist.barrier()`, the
+    download-on-rank-0-first pattern)."""
+    mine = _branch(a, step, guard)
+    kind = _guard_kind(a, step, guard)
+    for other in t.steps:
+        c = other.call
+        if other is step or c is None or _explicit_collective(c) != label:
+            continue
+        g = a.rank_guard(other)
+        if g is None:
+            continue
+        if g is guard and mine in ("body", "orelse") and _branch(a, other, g) not in (None, mine):
+            return True
+        k = _guard_kind(a, other, g)
+        if {kind, k} == {"rank0", "not_rank0"}:
+            return True
+    return False
+
+
+def _guard_kind(a, step, guard):
+    for c in a.site_calls(step):
+        for g in c.guards:
+            if g.node is guard:
+                return g.kind
+    return None
+
+
+def _branch(a, step, guard):
+    """Which branch of the rank guard `guard` ("body"/"orelse") this step runs in, through its call sites."""
+    for c in a.site_calls(step):
+        for g in c.guards:
+            if g.node is guard:
+                return g.branch
+    return None
+
+
+def _both_branches(a, t, ev, guard) -> bool:
+    """`if rank == 0: save(model, ...) else: save(model)`: the other ranks run the same gathering in the
+    guard's other branch, so every rank joins the collective (each branch's call is reached by its ranks)."""
+    mine = _branch(a, ev.step, guard)
+    if mine not in ("body", "orelse"):
+        return False
+    api = ev.data.get("api")
+    for other in t.events:
+        if other is ev or other.kind != ev.kind or other.data.get("api") != api:
+            continue
+        if ev.entity is not None and other.entity is not None and t.find(other.entity) != t.find(ev.entity):
+            continue
+        b = _branch(a, other.step, guard)
+        if b in ("body", "orelse") and b != mine:
+            return True
+    return False
 
 
 def _collective(a, t, ev, launch):
@@ -309,4 +534,7 @@ def _launch_wrapped(a, t, ev) -> bool:
     ref = ev.ref
     if ref is not None and ref.key.split(":")[-1].startswith("trainer."):
         return True
-    return bool(a.calls("Trainer")) and t.is_model(ev.entity)
+    # The Trainer wraps the model it was given; a name bound afterwards to a freshly loaded model
+    # (`model = AutoPeftModelForCausalLM.from_pretrained(out)` to merge) holds a plain, unsharded one.
+    return any(t.is_model(ev.entity) and s.order < ev.seq and not t.rebound(ev.entity, s, ev)
+               for s in t.steps if s.call is not None and s.call.api == "Trainer")

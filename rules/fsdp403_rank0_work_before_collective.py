@@ -298,6 +298,9 @@ def _timeout_raised(a) -> bool:
     for call in a.calls("TrainingArguments"):
         if a.keyword(call, "ddp_timeout") is not None:
             return True
+    env = getattr(a, "env", None)
+    if env is not None and any(name == "ddp_timeout" for name, _ in env.training):
+        return True  # `--ddp_timeout 10800` on the command line, or `ddp_timeout:` in the recipe it names
     for call in a.c.calls:
         if call.qualname in _INIT_KWARGS or (call.qualname or "").endswith("PartialState"):
             if a.keyword(call, "timeout") is not None:

@@ -452,9 +452,30 @@ def test_branches_around_helper_calls_exclude_the_inlined_calls():
             else:
                 place(model)
 
-        main(model, True)
+        main(model, args.fsdp)
         """
     )
     (t,) = [t for t in a.timelines if t.of("wrap1")]
     (wrap,), (move,) = t.of("wrap1"), t.of("move")
     assert t.exclusive(wrap, move)
+
+
+def test_constant_flag_passed_to_a_helper_rules_out_its_other_branch():
+    src = """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def build(model, cfg, shard=True):
+            if cfg.distributed and shard:
+                model = FSDP(model)
+            elif not shard:
+                model.to("cuda")
+            return model
+
+        a = build(model_a, cfg, shard=False)
+        b = build(model_b, cfg, True)
+        c = build(model_c, cfg, shard=flag)
+        """
+    t = analysis(src).timelines[0]
+    wrapped = {e.entity.split(":")[-1] for e in t.of("wrap1")}
+    moved = {e.entity.split(":")[-1] for e in t.of("move")}
+    assert wrapped == {"model_b", "model_c"} and moved == {"model_a", "model_c"}

@@ -132,7 +132,8 @@ class Builder(Classes, Linking):
         if f is None:
             return None
         if "." not in f:
-            return c.functions.get(f)
+            # A function defined in the caller's own body (`def _to_cpu(t): ...` inside the helper) first.
+            return getattr(c, "nested", {}).get((id(call.scope), f)) or c.functions.get(f)
         if f.startswith("self.") and f.count(".") == 1 and call.scope.klass:
             return c.methods.get((call.scope.klass, f[5:]))
         return None
@@ -141,10 +142,12 @@ class Builder(Classes, Linking):
         return self._callee(call, self._origins.get(id(call.scope)))[0]
 
     def _steps(self, scope: Scope, mapping: dict, prefix: str, depth: int, stack: tuple,
-               origin: Any = None, site: Optional[Call] = None) -> list[Step]:
+               origin: Any = None, site: Optional[Call] = None, flags: Optional[dict] = None) -> list[Step]:
         items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets, *scope.aliases], key=lambda i: i.seq)
         if self._dead:  # code the known argument values rule out
             items = [i for i in items if id(i) not in self._dead]
+        if flags:  # code this call site's constant arguments rule out (`setup(cfg, apply_fsdp=False)`)
+            items = [i for i in items if not any(_flag_dead(g, flags) for g in i.guards)]
         steps: list[Step] = []
         for item in items:
             step = Step(item, prefix, mapping, origin=origin, site=site)
@@ -158,9 +161,13 @@ class Builder(Classes, Linking):
                 if item not in sites:
                     sites.append(item)
                 sub_map: dict[str, str] = {}
+                sub_flags: dict[str, bool] = {}
                 params = callee.params[1:] if callee.klass and callee.params[:1] == ["self"] else callee.params
                 for i, p in enumerate(params):
                     arg = item.arg(i, p)
+                    if isinstance(arg, cst.Name) and arg.value in ("True", "False") and not any(
+                            a.star for a in item.node.args):
+                        sub_flags[p] = arg.value == "True"
                     d = dotted(arg) if arg is not None else None
                     if d is not None:
                         sub_map[p] = step.key(d) if d.split(".")[0] not in HOLDERS else d
@@ -176,7 +183,7 @@ class Builder(Classes, Linking):
                     self._scope_sites.setdefault(id(callee), sub_site)
                 sub_prefix = f"{prefix}{callee.name}@{tag}:"
                 sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),),
-                                  callee_origin, sub_site)
+                                  callee_origin, sub_site, sub_flags)
                 steps.extend(sub)
                 probe = Step(item, sub_prefix, sub_map)
                 for r in callee.returns:
@@ -463,3 +470,28 @@ class Builder(Classes, Linking):
         return None, filtered
 
 
+
+
+def _flag_value(test: cst.BaseExpression, flags: dict) -> Optional[bool]:
+    """The truth of an `if` test that the helper's constant-bound parameters decide (`apply_fsdp`,
+    `cfg.fsdp and apply_fsdp`, `not apply_fsdp`); None when something else decides it."""
+    if isinstance(test, cst.Name):
+        return flags.get(test.value)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        v = _flag_value(test.expression, flags)
+        return None if v is None else not v
+    if isinstance(test, cst.BooleanOperation):
+        left, right = _flag_value(test.left, flags), _flag_value(test.right, flags)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else (True if left is right is True else None)
+        return True if True in (left, right) else (False if left is right is False else None)
+    return None
+
+
+def _flag_dead(guard, flags: dict) -> bool:
+    """This `if` branch cannot run for the constants the call site passes."""
+    test = getattr(guard.node, "test", None)
+    if test is None or guard.branch not in ("body", "orelse") or not isinstance(guard.node, cst.If):
+        return False
+    v = _flag_value(test, flags)
+    return v is not None and v is (guard.branch == "orelse")

@@ -10,9 +10,12 @@ import libcst as cst
 from fsdplint.collect import Call, Scope
 from fsdplint.resolve import dotted
 
-# Bounds on the project view per linted file: modules away from it, and modules read.
+# Bounds on the project view per linted file: modules away from it, and modules read — those the linted
+# file's own calls lead to (one hop) get a budget of their own, so that modules read on the way (two hops)
+# never crowd out a helper the file calls directly.
 _MAX_HOPS = 2
-_MAX_MODULES = 6
+_MAX_MODULES = 6  # one hop away
+_MAX_DEEPER_MODULES = 4  # two hops away
 
 
 class Linking:
@@ -49,7 +52,8 @@ class Linking:
             if path == self.path:  # the linted file, imported back from another module
                 fm, c = None, self.c
             else:
-                if path not in self._hops and len(self._hops) >= _MAX_MODULES:
+                if path not in self._hops and sum(1 for h in self._hops.values() if h == hops + 1) >= (
+                        _MAX_MODULES if hops == 0 else _MAX_DEEPER_MODULES):
                     return None, None  # bounded work per linted file: further modules stay unknown
                 fm = self.project.module(path, qual)
                 if fm is None:
