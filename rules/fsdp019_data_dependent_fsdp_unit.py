@@ -262,6 +262,31 @@ class DataDependentFsdpUnit(Rule):
             """,
             line=10,
         ),
+        # fairseq's manual wrap: each block appended as its own unit, and `continue` skips it at random.
+        Invalid(
+            """
+            import random
+            import torch.nn as nn
+            from fairseq.distributed import fsdp_wrap
+
+            class Decoder(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+                    self.drop = cfg.decoder_layerdrop
+                    self.blocks = nn.ModuleList()
+                    for _ in range(cfg.decoder_layers):
+                        self.blocks.append(fsdp_wrap(make_block(cfg)))
+
+                def forward(self, x):
+                    for i, blk in enumerate(self.blocks):
+                        r = random.uniform(0, 1)
+                        if self.training and r < self.drop:
+                            continue
+                        x = blk(x)
+                    return x
+            """,
+            line=18,
+        ),
         # The policy spelled as torch's private partial (the reporter's script in pytorch#126616).
         Invalid(
             """

@@ -66,7 +66,8 @@ class Rank0WorkBeforeCollective(Rule):
     ```python
     dist.init_process_group("nccl", timeout=datetime.timedelta(hours=2))
     # accelerate: Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(hours=2))])
-    # Trainer: TrainingArguments(..., ddp_timeout=7200)
+    # Trainer: TrainingArguments(..., ddp_timeout=7200), or `ddp_timeout: 7200` in the recipe YAML the
+    # launcher passes (`--config recipe.yaml`), or `--ddp_timeout 7200` on the command line
     ```
     Or do the work on every rank (each rank loads and merges, rank 0 alone writes with
     `save_pretrained(..., is_main_process=rank == 0)`), or drop the collective that follows.
