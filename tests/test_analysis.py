@@ -479,3 +479,22 @@ def test_constant_flag_passed_to_a_helper_rules_out_its_other_branch():
     wrapped = {e.entity.split(":")[-1] for e in t.of("wrap1")}
     moved = {e.entity.split(":")[-1] for e in t.of("move")}
     assert wrapped == {"model_b", "model_c"} and moved == {"model_a", "model_c"}
+
+
+def test_a_function_defined_inside_a_helper_runs_where_the_helper_calls_it():
+    src = """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def setup(model):
+            def wrap(m):
+                return FSDP(m)
+            return wrap(model)
+
+        def wrap(m):
+            m.to("cuda")
+
+        model = setup(model)
+        """
+    (t,) = [t for t in analysis(src).timelines if t.events]
+    # the nested `wrap` (not the module-level one of the same name) is what `setup` calls
+    assert [e.kind for e in t.events] == ["wrap1"]

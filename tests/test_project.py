@@ -443,3 +443,36 @@ def test_a_finding_from_another_module_is_placed_at_the_call_that_runs_it_that_w
     found = [f for f in run(project, "train.py", cache=False) if f["code"] == "FSDP401"]
     assert [f["location"]["row"] for f in found] == [8], found
     assert found[0]["related"][0]["filename"].endswith("ckpt.py")
+
+
+def test_modules_two_hops_away_do_not_crowd_out_a_helper_the_script_calls(project):
+    # `prepare` (one hop) calls into five modules of its own (two hops); the script's later call into
+    # `export` (one hop) must still be read: it gathers DTensor shards, and the script calls it on rank 0 only.
+    files = {f"pkg/deep{i}.py": f"""
+        def step{i}(model):
+            model.requires_grad_(True)
+        """ for i in range(5)}
+    files["pkg/prep.py"] = "".join(f"from pkg.deep{i} import step{i}\n" for i in range(5)) + (
+        "\n\ndef prepare(model):\n" + "".join(f"    step{i}(model)\n" for i in range(5)))
+    files["pkg/export.py"] = """
+        import torch
+
+
+        def export(moments, path):
+            out = {k: v.full_tensor() for k, v in moments.items()}
+            torch.save(out, path)
+        """
+    files["train.py"] = """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        from pkg.prep import prepare
+        from pkg.export import export
+
+        model = prepare(model)
+        fully_shard(model)
+        if dist.get_rank() == 0:
+            export(moments, "m.pt")
+        """
+    write(project, files)
+    found = [f for f in run(project, "train.py", cache=False) if f["code"] == "FSDP401"]
+    assert [f["location"]["row"] for f in found] == [9]
