@@ -28,8 +28,9 @@ class CollectiveInRankGuard(Rule):
     Also explicit collectives on such a path — `torch.distributed` collectives (`all_reduce`, `barrier`,
     `broadcast`, `all_gather_object`, ...) without their own `group=`, and `DTensor.full_tensor()` — in this
     file or in a project helper the guarded code calls. Not reported: the same gathering or collective in the
-    guard's other branch, or under a guard of the opposite kind (`if rank != 0: dist.barrier()` before rank 0's
-    download and `if rank == 0: dist.barrier()` after it), since every rank then joins it.
+    guard's other branch, or (explicit collectives) the same collective under another rank test of the same
+    program (`if local_rank not in (-1, 0): dist.barrier()` before rank 0's download and `if local_rank == 0:
+    dist.barrier()` after it), since every rank then joins one of them.
 
     ## Why is this bad?
     Gathering a sharded state dict is a collective: every rank must take part in the all-gathers. When
@@ -175,32 +176,57 @@ class CollectiveInRankGuard(Rule):
     ]
     VALID += [
         # Every rank gathers the sharded tensors; only rank 0 writes.
-        """
-        import torch
-        import torch.distributed as dist
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
 
-        def export(moments, path):
-            full = {k: v.full_tensor().cpu() for k, v in moments.items()}
-            if dist.get_rank() == 0:
-                torch.save(full, path)
+            def export(moments, path):
+                full = {k: v.full_tensor().cpu() for k, v in moments.items()}
+                if dist.get_rank() == 0:
+                    torch.save(full, path)
 
-        export(opt_moments, "moments.pt")
-        """,
+            export(opt_moments, "moments.pt")
+            """,
+            options=IN_FSDP_JOB,
+        ),
         # Rank 0 downloads first while the others wait; then rank 0 releases them.
-        """
-        import torch.distributed as dist
-        if dist.get_rank() != 0:
-            dist.barrier()
-        fetch_dataset()
-        if dist.get_rank() == 0:
-            dist.barrier()
-        """,
+        Valid(
+            """
+            import torch.distributed as dist
+            if dist.get_rank() != 0:
+                dist.barrier()
+            fetch_dataset()
+            if dist.get_rank() == 0:
+                dist.barrier()
+            """,
+            options=IN_FSDP_JOB,
+        ),
+        # The same as a context manager, with a rank test that is not spelled "rank 0".
+        Valid(
+            """
+            import contextlib
+            import torch
+
+            @contextlib.contextmanager
+            def local_leader_first(local_rank):
+                if local_rank not in (-1, 0):
+                    torch.distributed.barrier()
+                yield
+                if local_rank == 0:
+                    torch.distributed.barrier()
+            """,
+            options=IN_FSDP_JOB,
+        ),
         # A collective over a group of the script's own (it may hold just the guarded ranks).
-        """
-        import torch.distributed as dist
-        if dist.get_rank() == 0:
-            dist.all_reduce(stats, group=leaders)
-        """,
+        Valid(
+            """
+            import torch.distributed as dist
+            if dist.get_rank() == 0:
+                dist.all_reduce(stats, group=leaders)
+            """,
+            options=IN_FSDP_JOB,
+        ),
     ]
     INVALID = [
         # A project helper gathers DTensor shards with full_tensor(), and it is called on rank 0 only.
@@ -400,32 +426,21 @@ def _via(ctx, step) -> str:
 
 
 def _reached_by_all(a, t, step, guard, label) -> bool:
-    """The same collective also runs where the guard does not hold: the other branch of the same `if`, or
-    a guard of the opposite kind (`if rank != 0: dist.barrier()` ... `if rank == 0: dist.barrier()`, the
-    download-on-rank-0-first pattern)."""
+    """The same collective also runs on the ranks this guard leaves out: in the other branch of the same
+    `if`, or under another rank test of the same program (`if local_rank not in (-1, 0): dist.barrier()` ...
+    `if local_rank == 0: dist.barrier()`, the rank-0-first pattern). Which ranks each test selects is not
+    worked out: two guarded calls of one collective are taken to pair up."""
     mine = _branch(a, step, guard)
-    kind = _guard_kind(a, step, guard)
     for other in t.steps:
         c = other.call
-        if other is step or c is None or _explicit_collective(c) != label:
+        if other is step or c is None or c.node is step.call.node or _explicit_collective(c) != label:
             continue
         g = a.rank_guard(other)
         if g is None:
             continue
-        if g is guard and mine in ("body", "orelse") and _branch(a, other, g) not in (None, mine):
-            return True
-        k = _guard_kind(a, other, g)
-        if {kind, k} == {"rank0", "not_rank0"}:
+        if g is not guard or (mine in ("body", "orelse") and _branch(a, other, g) not in (None, mine)):
             return True
     return False
-
-
-def _guard_kind(a, step, guard):
-    for c in a.site_calls(step):
-        for g in c.guards:
-            if g.node is guard:
-                return g.kind
-    return None
 
 
 def _branch(a, step, guard):
