@@ -108,6 +108,16 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "is_torch_version('>=', '2.7.0')); v1.13.0 (absent) and v1.14.0 (present)",
     ),
     Behaviour(
+        "accelerate_fsdp2_passes_ignored_params", "accelerate",
+        "accelerate's fsdp2_prepare_model puts `ignored_params` into the fully_shard keyword arguments on every "
+        "torch release (an empty set when no ignored_modules are configured), so any FSDP2 model it prepares "
+        "raises TypeError: fully_shard() got an unexpected keyword argument 'ignored_params' on torch < 2.7.",
+        since="1.11.0", until="1.13.0",
+        read="accelerate v1.10.1 utils/fsdp_utils.py (no ignored_params); v1.11.0 and v1.12.0 (fsdp2_kwargs "
+             "always holds \"ignored_params\": get_parameters_from_modules(...), which returns set() for None); "
+             "v1.13.0 (only when is_torch_version(\">=\", \"2.7.0\") and ignored_modules is not None, accelerate#3924)",
+    ),
+    Behaviour(
         "accelerate_fsdp2_requires_torch_2_6", "accelerate",
         "accelerate's FSDP2 (FullyShardedDataParallelPlugin(fsdp_version=2), or fsdp_version: 2 in a launch "
         "config) raises ImportError on torch < 2.6: a job that uses it already needs torch >= 2.6.",
