@@ -125,6 +125,12 @@ class LintContext:
             # TrainingArguments(fsdp=...) without a version: the Trainer's default, by transformers version.
             script_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers", a.c))
         arg_facts = launch_mod.from_arguments(env, dirs) if env is not None else None
+        if arg_facts is not None and arg_facts.fsdp_version is not None and arg_facts.get("version") is None \
+                and arg_facts.get("sharding") is not None:
+            from fsdplint.toolconfigs.defaults import trainer_fsdp_version
+
+            # `--fsdp "full_shard auto_wrap"` on the command line: the same default as TrainingArguments(fsdp=...).
+            arg_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers", a.c))
         if arg_facts is not None:
             script_facts = arg_facts.merged(script_facts) if script_facts is not None else arg_facts
         facts = yaml_facts.merged(script_facts) if (yaml_facts and script_facts) else (yaml_facts or script_facts)

@@ -129,3 +129,39 @@ def test_trl_config_without_load_in_4bit_is_not_quantized(tmp_path):
                     "torch==2.8.0\naccelerate==1.13.0\ntrl==0.24.0\ntransformers==4.57.1\n",
                     {"fsdp2.yaml": FSDP2_YAML})
     assert _findings(root, "FSDP201") == []
+
+
+TRAINER_QLORA = """\
+from dataclasses import dataclass
+
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = "org/model"
+
+
+model_args, training_args = HfArgumentParser((ModelArguments, TrainingArguments)).parse_args_into_dataclasses()
+bnb = BitsAndBytesConfig(load_in_4bit=True)
+model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, quantization_config=bnb)
+Trainer(model=model, args=training_args).train()
+"""
+FSDP_FLAGS = 'torchrun --nproc_per_node 8 train.py --output_dir out --fsdp "full_shard auto_wrap"'
+
+
+def test_fsdp_flag_means_fsdp1_before_transformers_5_10(tmp_path):
+    # FSDP1 cannot flatten the default uint8 4-bit storage with the float weights (FSDP202).
+    root = _project(tmp_path, TRAINER_QLORA, FSDP_FLAGS,
+                    "torch==2.8.0\naccelerate==1.15.0\ntransformers==4.57.1\nbitsandbytes==0.48.2\n")
+    assert [f["location"]["row"] for f in _findings(root, "FSDP202")] == [12]
+    assert _findings(root, "FSDP201") == []
+
+
+def test_fsdp_flag_means_fsdp2_from_transformers_5_10(tmp_path):
+    # The same command line is FSDP2 on transformers 5.24: accelerate 1.13 shards the 4-bit weights (FSDP201),
+    # and FSDP1's flattening rule no longer applies.
+    root = _project(tmp_path, TRAINER_QLORA, FSDP_FLAGS,
+                    "torch==2.8.0\naccelerate==1.13.0\ntransformers==5.24.0\nbitsandbytes==0.48.2\n")
+    assert _findings(root, "FSDP202") == []
+    assert [f["location"]["row"] for f in _findings(root, "FSDP201")] == [12]
