@@ -86,6 +86,7 @@ class FullyShardIgnoredParams(Rule):
         Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2.replace("fsdp_version: 2", "fsdp_version: 1")},
               target={"torch": "2.6", "accelerate": "1.12.0"}),
         Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2}, target={"torch": "2.7", "accelerate": "1.12.0"}),
+        Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2}, target={"torch": "2.5", "accelerate": "1.12.0"}),
         Valid(
             """
             from torch.distributed.fsdp import fully_shard
@@ -310,6 +311,8 @@ class FullyShardIgnoredParams(Rule):
         acc = ctx.version("accelerate")
         if behaviour.holds("accelerate_fsdp2_passes_ignored_params", acc) is not True:
             return
+        if tv.known and tv < "2.6":
+            return  # accelerate's FSDP2 refuses this torch before it shards anything (ImportError)
         prepares = [e for t in a.timelines for e in t.of("prepare")]
         trainers = a.calls("Trainer")
         if not prepares and not trainers:
