@@ -104,6 +104,7 @@ class Fsdp1MixedRequiresGrad(Rule):
               target={"torch": "2.4"}),
         Valid(_SELF_FROZEN.replace("ModuleWrapPolicy({Layer})", "ModuleWrapPolicy({Layer, nn.Linear})"),
               target={"torch": "2.4"}),
+        Valid(_SELF_FROZEN.replace("net = Net()\n", "net = Net()\nnet.requires_grad_(True)\n"), target={"torch": "2.4"}),
         Valid(_SELF_FROZEN.replace("self.router.requires_grad_(False)",
                                    "for p in self.parameters():\n            p.requires_grad = False"),
               target={"torch": "2.4"}),
@@ -598,6 +599,10 @@ def _self_freezing(a, call):
         else:
             return None
     if klass is None:
+        return None
+    # The script changes requires_grad itself before wrapping: its own freeze events decide (or nothing is sure).
+    if any(st.target.endswith(".requires_grad") and st.seq < call.seq for st in call.scope.attr_sets) or any(
+            c.method == "requires_grad_" and c.seq < call.seq for c in call.scope.calls):
         return None
     seen: set = set()
     todo = [klass]
