@@ -110,6 +110,12 @@ class LintContext:
 
                 dirs = base_dirs(run, self.path)
             yaml_facts = launch_mod.from_launcher(launch, dirs)
+        if launch is not None and getattr(launch, "env", None):
+            env_launch = launch_mod.from_launch_env(launch)
+            if env_launch is not None and (yaml_facts is None or yaml_facts.fsdp_version is None
+                                           or launch.launcher != "accelerate"):
+                # The environment the launcher exports (accelerate launch's own FSDP config replaces it).
+                yaml_facts = env_launch.merged(yaml_facts) if yaml_facts is not None else env_launch
         if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
             yaml_facts = launch_mod.find_accelerate_config(self.path)
             if yaml_facts is None:

@@ -165,3 +165,35 @@ def test_fsdp_flag_means_fsdp2_from_transformers_5_10(tmp_path):
                     "torch==2.8.0\naccelerate==1.13.0\ntransformers==5.24.0\nbitsandbytes==0.48.2\n")
     assert _findings(root, "FSDP202") == []
     assert [f["location"]["row"] for f in _findings(root, "FSDP201")] == [12]
+
+
+PREPARE_ONLY = """\
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM
+
+accelerator = Accelerator()
+model = AutoModelForCausalLM.from_pretrained("org/model")
+model = accelerator.prepare(model)
+"""
+
+
+def test_fsdp2_switched_on_by_the_launchers_environment(tmp_path):
+    # torchrun does not configure accelerate: the exported ACCELERATE_USE_FSDP and the FSDP_VERSION prefix do.
+    launch = "export ACCELERATE_USE_FSDP=true\nFSDP_VERSION=2 torchrun --nproc_per_node 8 train.py"
+    root = _project(tmp_path, PREPARE_ONLY, launch, "torch==2.6.0\naccelerate==1.11.0\n")
+    (f,) = _findings(root, "FSDP001")
+    assert Path(f["filename"]).name == "launch.sh" and f["location"]["row"] == 3
+
+
+def test_environment_without_accelerate_use_fsdp_switches_nothing_on(tmp_path):
+    root = _project(tmp_path, PREPARE_ONLY, "FSDP_VERSION=2 torchrun --nproc_per_node 8 train.py",
+                    "torch==2.6.0\naccelerate==1.11.0\n")
+    assert _findings(root, "FSDP001") == []
+
+
+def test_accelerate_launch_config_replaces_the_exported_fsdp_settings(tmp_path):
+    # accelerate launch writes FSDP_VERSION from its own config (here fsdp_version: 1) over the shell's.
+    launch = "export ACCELERATE_USE_FSDP=1 FSDP_VERSION=2\naccelerate launch --config_file fsdp1.yaml train.py"
+    yaml = FSDP2_YAML.replace("fsdp_version: 2", "fsdp_version: 1")
+    root = _project(tmp_path, PREPARE_ONLY, launch, "torch==2.6.0\naccelerate==1.11.0\n", {"fsdp1.yaml": yaml})
+    assert _findings(root, "FSDP001") == []
