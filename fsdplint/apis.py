@@ -111,7 +111,7 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "transformers.BitsAndBytesConfig",
         "transformers.utils.quantization_config.BitsAndBytesConfig",
     ),
-    # trl's helper that builds a BitsAndBytesConfig from its ModelConfig (see behaviour.trl_quant_storage_field).
+    # the trl function that builds a BitsAndBytesConfig from its ModelConfig (see behaviour.trl_quant_storage_field).
     "trl_get_quantization_config": (
         "trl.get_quantization_config",
         "trl.trainer.get_quantization_config",

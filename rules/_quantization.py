@@ -1,4 +1,4 @@
-"""4-bit configs built by a library helper rather than a `BitsAndBytesConfig(...)` the script writes.
+"""4-bit configs built by a library function rather than a `BitsAndBytesConfig(...)` the script writes.
 
 trl's `get_quantization_config(model_args)` returns `BitsAndBytesConfig(load_in_4bit=True, ...)` when the
 parsed `ModelConfig` has `load_in_4bit`, with `bnb_4bit_quant_storage` taken from a field that depends on
@@ -18,8 +18,8 @@ from fsdplint.resolve import dotted
 
 
 @dataclass
-class HelperQuant:
-    call: Call  # the helper call
+class LibraryQuant:
+    call: Call  # the library call
     storage: Any  # the storage dtype name, None for bitsandbytes' default (uint8), UNKNOWN when not known
 
     @property
@@ -27,7 +27,7 @@ class HelperQuant:
         return self.call.node
 
 
-def trl_4bit_configs(ctx, a) -> list[HelperQuant]:
+def trl_4bit_configs(ctx, a) -> list[LibraryQuant]:
     """`get_quantization_config(args)` calls whose arguments are known to ask for 4 bits."""
     env = getattr(a, "env", None)
     if env is None:
@@ -49,5 +49,5 @@ def trl_4bit_configs(ctx, a) -> list[HelperQuant]:
         else:
             v = env.lookup(f"{ns}.{field}")
             storage = UNKNOWN if v is None else v.single
-        out.append(HelperQuant(call, storage))
+        out.append(LibraryQuant(call, storage))
     return out

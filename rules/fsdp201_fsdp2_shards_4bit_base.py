@@ -232,13 +232,13 @@ class Fsdp2Shards4bitBase(Rule):
         a = ctx.analysis
         configs = [c for c in a.calls("BitsAndBytesConfig") if _true(a, c, "load_in_4bit")]
         loads = [c for c in a.calls("load_model") if _true(a, c, "load_in_4bit") or _uses_config(a, c, configs)]
-        helpers = trl_4bit_configs(ctx, a)  # get_quantization_config(model_args) with --load_in_4bit
-        if not configs and not loads and not helpers:
+        lib_configs = trl_4bit_configs(ctx, a)  # get_quantization_config(model_args) with --load_in_4bit
+        if not configs and not loads and not lib_configs:
             return
         shards = [e for t in a.timelines for e in t.of("shard2")]
         if any(e.call is not None and a.keyword(e.call, "ignored_params") is not None for e in shards):
             return  # 4-bit weights excluded (torch >= 2.7; FSDP001 checks the version)
-        where = configs[0] if configs else (loads[0] if loads else helpers[0])
+        where = configs[0] if configs else (loads[0] if loads else lib_configs[0])
         if shards:
             hit = _first_shard_of_4bit_model(a, shards, loads)
             if hit is None:
@@ -255,7 +255,7 @@ class Fsdp2Shards4bitBase(Rule):
             return
         torch_v, acc_v = ctx.version("torch"), ctx.version("accelerate")
         float_storage = any(_float_storage(a, c) for c in configs) or any(
-            isinstance(h.storage, str) and h.storage.rsplit(".", 1)[-1] in _FLOAT_DTYPES for h in helpers)
+            isinstance(h.storage, str) and h.storage.rsplit(".", 1)[-1] in _FLOAT_DTYPES for h in lib_configs)
         excludes = behaviour.holds("accelerate_fsdp2_ignores_params4bit", acc_v)
         if torch_v >= "2.7" and excludes and not float_storage:
             return  # accelerate excludes the uint8 Params4bit from sharding (accelerate#3987)
@@ -267,7 +267,7 @@ class Fsdp2Shards4bitBase(Rule):
             if excludes is False:
                 why = (f"{acc_v.describe()} shards every Params4bit (it excludes none before 1.14, and from 1.14 "
                        "only integer storage), so their quant_state is lost")
-            if where in helpers:
+            if where in lib_configs:
                 field = behaviour.trl_quant_storage_field(ctx.version("trl"))
                 why += (f"; trl's get_quantization_config ({ctx.version('trl').describe()}) sets "
                         f"bnb_4bit_quant_storage from model_args.{field} ({where.storage})")
