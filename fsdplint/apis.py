@@ -111,6 +111,12 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "transformers.BitsAndBytesConfig",
         "transformers.utils.quantization_config.BitsAndBytesConfig",
     ),
+    # the trl function that builds a BitsAndBytesConfig from its ModelConfig (see behaviour.trl_quant_storage_field).
+    "trl_get_quantization_config": (
+        "trl.get_quantization_config",
+        "trl.trainer.get_quantization_config",
+        "trl.trainer.utils.get_quantization_config",
+    ),
     "TrainingArguments": (
         "transformers.TrainingArguments",
         "transformers.training_args.TrainingArguments",

@@ -108,12 +108,43 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "is_torch_version('>=', '2.7.0')); v1.13.0 (absent) and v1.14.0 (present)",
     ),
     Behaviour(
+        "accelerate_fsdp2_passes_ignored_params", "accelerate",
+        "accelerate's fsdp2_prepare_model puts `ignored_params` into the fully_shard keyword arguments on every "
+        "torch release (an empty set when no ignored_modules are configured), so any FSDP2 model it prepares "
+        "raises TypeError: fully_shard() got an unexpected keyword argument 'ignored_params' on torch < 2.7.",
+        since="1.11.0", until="1.13.0",
+        read="accelerate v1.10.1 utils/fsdp_utils.py (no ignored_params); v1.11.0 and v1.12.0 (fsdp2_kwargs "
+             "always holds \"ignored_params\": get_parameters_from_modules(...), which returns set() for None); "
+             "v1.13.0 (only when is_torch_version(\">=\", \"2.7.0\") and ignored_modules is not None, accelerate#3924)",
+    ),
+    Behaviour(
         "accelerate_fsdp2_requires_torch_2_6", "accelerate",
         "accelerate's FSDP2 (FullyShardedDataParallelPlugin(fsdp_version=2), or fsdp_version: 2 in a launch "
         "config) raises ImportError on torch < 2.6: a job that uses it already needs torch >= 2.6.",
         since="1.7.0",
         read="accelerate v1.6.0 utils/constants.py (FSDP2_PYTORCH_VERSION = \"2.5.1\"), v1.7.0 and 1.15.0 "
              "(\"2.6.0\"); 1.15.0 utils/dataclasses.py and accelerator.py raise for fsdp_version == 2 below it",
+    ),
+    # trl's get_quantization_config(model_args): BitsAndBytesConfig(load_in_4bit=True, ...) when
+    # model_args.load_in_4bit, with bnb_4bit_quant_storage taken from a ModelConfig field that changed.
+    Behaviour(
+        "trl_quant_storage_from_torch_dtype", "trl",
+        "get_quantization_config passes bnb_4bit_quant_storage=model_args.torch_dtype",
+        since="0.10.0", until="0.23.0", before="no bnb_4bit_quant_storage (uint8)",
+        read="trl v0.8.0, v0.8.6, v0.9.6 trainer/utils.py (no storage argument); v0.10, v0.11.4, v0.12.0, "
+             "v0.15.0, v0.19.0, v0.22.2 (model_args.torch_dtype)",
+    ),
+    Behaviour(
+        "trl_quant_storage_from_dtype", "trl",
+        "get_quantization_config passes bnb_4bit_quant_storage=model_args.dtype",
+        since="0.23.0", until="0.26.0",
+        read="trl v0.23.0, v0.24.0, v0.25.0, v0.25.1 trainer/utils.py (model_args.dtype)",
+    ),
+    Behaviour(
+        "trl_quant_storage_from_field", "trl",
+        "get_quantization_config passes bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage (default None: uint8)",
+        since="0.26.0",
+        read="trl v0.26.0, v0.27.0, v1.0.0, v1.9.0 trainer/utils.py",
     ),
     # -- training tools (axolotl, LLaMA-Factory): what the tool builds from its config --------------
     Behaviour(
@@ -199,3 +230,17 @@ def training_args_fsdp_version(transformers) -> Optional[int]:
     reads it as FSDP1 on every release.)"""
     holds_v2 = holds("training_args_fsdp_default_v2", transformers)
     return None if holds_v2 is None else (2 if holds_v2 else 1)
+
+
+def trl_quant_storage_field(trl) -> Optional[str]:
+    """The ModelConfig field trl's get_quantization_config takes bnb_4bit_quant_storage from: "" when it passes
+    none (uint8), None when the trl version is unknown."""
+    for key, name in (("trl_quant_storage_from_field", "bnb_4bit_quant_storage"),
+                      ("trl_quant_storage_from_dtype", "dtype"),
+                      ("trl_quant_storage_from_torch_dtype", "torch_dtype")):
+        held = holds(key, trl)
+        if held is None:
+            return None
+        if held:
+            return name
+    return ""

@@ -110,6 +110,12 @@ class LintContext:
 
                 dirs = base_dirs(run, self.path)
             yaml_facts = launch_mod.from_launcher(launch, dirs)
+        if launch is not None and getattr(launch, "env", None):
+            env_launch = launch_mod.from_launch_env(launch)
+            if env_launch is not None and (yaml_facts is None or yaml_facts.fsdp_version is None
+                                           or launch.launcher != "accelerate"):
+                # The environment the launcher exports (accelerate launch's own FSDP config replaces it).
+                yaml_facts = env_launch.merged(yaml_facts) if yaml_facts is not None else env_launch
         if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
             yaml_facts = launch_mod.find_accelerate_config(self.path)
             if yaml_facts is None:
@@ -125,6 +131,12 @@ class LintContext:
             # TrainingArguments(fsdp=...) without a version: the Trainer's default, by transformers version.
             script_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers", a.c))
         arg_facts = launch_mod.from_arguments(env, dirs) if env is not None else None
+        if arg_facts is not None and arg_facts.fsdp_version is not None and arg_facts.get("version") is None \
+                and arg_facts.get("sharding") is not None:
+            from fsdplint.toolconfigs.defaults import trainer_fsdp_version
+
+            # `--fsdp "full_shard auto_wrap"` on the command line: the same default as TrainingArguments(fsdp=...).
+            arg_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers", a.c))
         if arg_facts is not None:
             script_facts = arg_facts.merged(script_facts) if script_facts is not None else arg_facts
         facts = yaml_facts.merged(script_facts) if (yaml_facts and script_facts) else (yaml_facts or script_facts)

@@ -317,6 +317,32 @@ def from_launcher(launch, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
     return out if (out.fsdp_version is not None or out.settings) else None
 
 
+def from_launch_env(launch) -> Optional[LaunchFacts]:
+    """FSDP switched on through the environment a launcher gives the script (`ACCELERATE_USE_FSDP=1
+    FSDP_VERSION=2 torchrun train.py`, `export FSDP_...`): the Accelerator reads it when it builds its FSDP
+    plugin (accelerate 1.15 utils/dataclasses.py, `FullyShardedDataParallelPlugin.__post_init__` reads
+    `FSDP_*`). None unless ACCELERATE_USE_FSDP is on. `accelerate launch` with FSDP in its own config writes
+    these variables itself (utils/launch.py, prepare_multi_gpu_env), so there they count only when the
+    launch config leaves FSDP off."""
+    env = getattr(launch, "env", None) or {}
+    use = env.get("ACCELERATE_USE_FSDP")
+    if use is None or use.unknown or use.text.strip().lower() not in ("1", "true", "yes", "y", "on"):
+        return None
+    facts = LaunchFacts(source=launch.file)
+    facts.texts[launch.file] = launch.text
+    for name, w in env.items():
+        if name == "ACCELERATE_USE_FSDP":
+            continue
+        key = _norm(name)
+        facts.settings[key] = Setting(key, _flag_value(w.text) if not w.unknown else None, launch.file, w.line,
+                                      via="accelerate")
+    v = facts.get("version")
+    facts.fsdp_version = (_version_of(v.value) if v is not None else None) or 1
+    if facts.fsdp_version not in (1, 2):
+        facts.fsdp_version = 1
+    return facts
+
+
 def from_arguments(env, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
     """TrainingArguments fields given on the command line or in a recipe (`--fsdp "full_shard auto_wrap"
     --fsdp_config fsdp.json`, `--gradient_checkpointing`), as the Trainer would receive them."""

@@ -39,6 +39,9 @@ class Word:
 class Command:
     words: list[Word]
     line: int
+    # Environment variables the command runs with that the script may read: exported ones and
+    # `NAME=value cmd` prefixes (None: set to a value the reader cannot know).
+    env: dict[str, Optional[Word]] = field(default_factory=dict)
 
 
 # -- lexing ----------------------------------------------------------------------------
@@ -321,6 +324,7 @@ class ShellReader:
     def __init__(self, text: str, env: Optional[dict] = None) -> None:
         self.text = text
         self.vars: dict[str, object] = dict(env or {})  # str, or list[Word] for arrays
+        self.exported: dict[str, int] = {}  # exported names -> the line that exported them
 
     def commands(self) -> list[Command]:
         out = []
@@ -343,6 +347,10 @@ class ShellReader:
             raw = [w for w in raw[1:] if not (_plain(w) or "").startswith("-")]
             for w in raw:
                 self._assign(w)
+                if first == "export":
+                    name = _assigned_name(w)
+                    if name is not None:
+                        self.exported[name] = w[1]
             return None
         i = 0
         while i < len(raw) and self._is_assignment(raw[i]):
@@ -351,12 +359,27 @@ class ShellReader:
             for w in raw:
                 self._assign(w)
             return None
+        env: dict[str, Optional[Word]] = {n: self._env_word(n, line) for n, line in self.exported.items()}
+        for w in raw[:i]:  # `NAME=value cmd`: for this command only
+            name = _assigned_name(w)
+            if name is not None:
+                saved = self.vars.get(name, _MISSING)
+                self._assign(w)
+                env[name] = self._env_word(name, w[1])
+                if saved is _MISSING:
+                    self.vars.pop(name, None)
+                else:
+                    self.vars[name] = saved
         words: list[Word] = []
         for w in raw[i:]:
             words.extend(self._expand(w))
         if not words:
             return None
-        return Command(words, words[0].line)
+        return Command(words, words[0].line, env)
+
+    def _env_word(self, name: str, line: int) -> Optional[Word]:
+        v = self.vars.get(name)
+        return Word(v, line) if isinstance(v, str) else Word("", line, unknown=True)
 
     @staticmethod
     def _is_assignment(w) -> bool:
@@ -477,6 +500,23 @@ class ShellReader:
         return fields
 
 
+_MISSING = object()
+
+
+def _assigned_name(w) -> Optional[str]:
+    """NAME of a `NAME=value` (or a bare `NAME` after `export`) word."""
+    parts, _ = w
+    if parts and parts[0] == "array":
+        return None
+    if parts and parts[0][0] == "lit" and not parts[0][2]:
+        m = _ASSIGN.match(parts[0][1])
+        if m is not None:
+            return m.group(1)
+        if len(parts) == 1 and _NAME.fullmatch(parts[0][1]):
+            return parts[0][1]
+    return None
+
+
 def _plain(w) -> Optional[str]:
     parts, _ = w
     if parts and parts[0] != "array" and all(p[0] == "lit" for p in parts):
@@ -538,6 +578,8 @@ class Launch:
     open_args: bool = False  # "$@" (or an unknown word) among the script's arguments
     text: str = ""  # the shell text, for source lines and noqa
     path: Optional[str] = None  # the shell file's path on disk
+    # Environment variables the launch sets for the script (exported, `NAME=v cmd`, `env NAME=v cmd`).
+    env: dict[str, Word] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -566,6 +608,14 @@ def _is_python(name: str) -> bool:
 
 
 def _launch_from(words: list[Word], file: str, text: str, path: Optional[str]) -> Optional[Launch]:
+    env_words: dict[str, Word] = {}
+    launch = _launch_from_words(words, file, text, path, env_words)
+    if launch is not None and env_words:
+        launch.env.update(env_words)
+    return launch
+
+
+def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[str], env_words: dict) -> Optional[Launch]:
     i = 0
     # Wrappers: skip to the first word that starts a launcher we know.
     for _ in range(6):
@@ -591,7 +641,10 @@ def _launch_from(words: list[Word], file: str, text: str, path: Optional[str]) -
             return None
         if b in _WRAPPERS:
             j = i + 1
-            while j < len(words) and not _starts_launcher(words[j]):
+            while j < len(words) and not _starts_launcher(words[j]) and not (b != "env" and _base(words[j]) == "env"):
+                if b == "env" and not words[j].text.startswith("-") and _ASSIGN.match(words[j].text):
+                    name, _, value = words[j].text.partition("=")
+                    env_words[name] = Word(value, words[j].line, words[j].unknown)
                 j += 1
             i = j
             continue
@@ -693,8 +746,14 @@ def parse_launches(text: str, file: str, path: Optional[str] = None) -> list[Lau
     for cmd in ShellReader(text).commands():
         launch = _launch_from(cmd.words, file, text, path)
         if launch is not None and (launch.script or launch.module):
+            launch.env = {k: w for k, w in {**cmd.env, **launch.env}.items() if w is not None and _LAUNCH_ENV.match(k)}
             out.append(launch)
     return out
+
+
+# The environment variables accelerate reads to configure FSDP (accelerate 1.15 utils/dataclasses.py,
+# FullyShardedDataParallelPlugin.__post_init__ with env_prefix "FSDP_"; state.py for ACCELERATE_USE_FSDP).
+_LAUNCH_ENV = re.compile(r"(ACCELERATE_USE_FSDP|FSDP_[A-Z0-9_]+)$")
 
 
 # -- which launches run a script ---------------------------------------------------------------

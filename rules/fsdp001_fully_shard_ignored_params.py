@@ -2,11 +2,24 @@ import re
 
 import libcst as cst
 
-from fsdplint import versions
+from fsdplint import behaviour, versions
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Severity
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
+
+YAML_FSDP2 = """\
+distributed_type: FSDP
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_version: 2
+num_processes: 4
+"""
+_PREPARED = """
+from accelerate import Accelerator
+accelerator = Accelerator()
+model, optimizer = accelerator.prepare(model, optimizer)
+"""
 
 # An `if` test that gates on the torch version (or on the argument being supported).
 _GATE = re.compile(r"version|2[._]7|\(\s*2\s*,\s*7|hasattr|signature|ignored_params|_GE_2|GREATER", re.I)
@@ -25,7 +38,9 @@ class FullyShardIgnoredParams(Rule):
     doc = """
     ## What it does
     Checks the parameters given to FSDP2's `fully_shard(..., ignored_params=...)`: the argument only
-    exists from torch 2.7.0, and an ignored parameter must be frozen.
+    exists from torch 2.7.0, and an ignored parameter must be frozen. Also finds jobs that accelerate
+    prepares with FSDP2 (a launch config, `accelerate launch` flags, `FSDP_VERSION=2` in the environment,
+    the Trainer) on accelerate 1.11-1.12, which pass `ignored_params` to `fully_shard` themselves.
 
     ## Why is this bad?
     On torch <= 2.6 `fully_shard` raises `TypeError: fully_shard() got an unexpected keyword argument
@@ -51,7 +66,8 @@ class FullyShardIgnoredParams(Rule):
 
     ## Versions
     `ignored_params` was added to FSDP2 in torch 2.7.0 (pytorch#146631); accelerate and TRL gate it on
-    `>= 2.7.0`. When the project declares no torch and none is installed, the finding is a warning that
+    `>= 2.7.0` (accelerate 1.11.0 and 1.12.0 passed it unconditionally, even an empty set; fixed in 1.13.0
+    by accelerate#3924). When the project declares no torch and none is installed, the finding is a warning that
     says what the module's own imports already need (the public FSDP2 path: torch >= 2.6) and what to
     declare; a version check, a `try/except TypeError` fallback, or a constructor that refuses older torch
     guards the call.
@@ -64,6 +80,13 @@ class FullyShardIgnoredParams(Rule):
                   "https://github.com/pytorch/pytorch/issues/149074")
 
     VALID = [
+        # accelerate >= 1.13 passes ignored_params only on torch >= 2.7; 1.10 never did; FSDP1 does not use it.
+        Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2}, target={"torch": "2.6", "accelerate": "1.13.0"}),
+        Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2}, target={"torch": "2.6", "accelerate": "1.10.1"}),
+        Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2.replace("fsdp_version: 2", "fsdp_version: 1")},
+              target={"torch": "2.6", "accelerate": "1.12.0"}),
+        Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2}, target={"torch": "2.7", "accelerate": "1.12.0"}),
+        Valid(_PREPARED, options={"accelerate_config": YAML_FSDP2}, target={"torch": "2.5", "accelerate": "1.12.0"}),
         Valid(
             """
             from torch.distributed.fsdp import fully_shard
@@ -145,6 +168,21 @@ class FullyShardIgnoredParams(Rule):
         """,
     ]
     INVALID = [
+        # accelerate 1.11/1.12 add ignored_params to every FSDP2 fully_shard call themselves (accelerate#3924).
+        Invalid(_PREPARED, options={"accelerate_config": YAML_FSDP2}, target={"torch": "2.6", "accelerate": "1.12.0"}),
+        # ... also when the script itself switches FSDP2 on through the environment accelerate reads.
+        Invalid(
+            """
+            import os
+            from accelerate import Accelerator
+            os.environ["ACCELERATE_USE_FSDP"] = "true"
+            os.environ["FSDP_VERSION"] = "2"
+            accelerator = Accelerator()
+            model = accelerator.prepare(model)
+            """,
+            target={"torch": "2.6.0", "accelerate": "1.11.0"},
+            line=4,
+        ),
         Invalid(
             """
             from torch.distributed._composable.fsdp import fully_shard
@@ -224,6 +262,7 @@ class FullyShardIgnoredParams(Rule):
             return
         a = ctx.analysis
         severity = ctx.version_severity(tv)
+        self._check_accelerate(ctx, a, tv, severity)
         ev = versions.proven("torch", a.c) if tv.known and tv.kind == "declared" else None
         if ev is not None and ev.version > tv.version:
             message = (
@@ -262,6 +301,35 @@ class FullyShardIgnoredParams(Rule):
                 arg = call.kwarg("ignored_params")
                 if arg is not None:
                     ctx.report(arg, message, severity=severity)
+
+    def _check_accelerate(self, ctx, a, tv, severity) -> None:
+        """accelerate 1.11-1.12 pass `ignored_params` to fully_shard themselves for every FSDP2 model they
+        prepare (the Trainer's FSDP2 goes through the same code)."""
+        launch = getattr(a, "launch", None)
+        if launch is None or launch.fsdp_version != 2:
+            return
+        acc = ctx.version("accelerate")
+        if behaviour.holds("accelerate_fsdp2_passes_ignored_params", acc) is not True:
+            return
+        if tv.known and tv < "2.6":
+            return  # accelerate's FSDP2 refuses this torch before it shards anything (ImportError)
+        prepares = [e for t in a.timelines for e in t.of("prepare")]
+        trainers = a.calls("Trainer")
+        if not prepares and not trainers:
+            return
+        fallback = prepares[0].node if prepares else trainers[0].node
+        setting = launch.get("version")
+        ctx.report_setting(
+            setting,
+            f"accelerate prepares this model with FSDP2, and {acc.describe()} always passes `ignored_params` to "
+            f"fully_shard (an empty set when no modules are ignored), which torch accepts only from 2.7.0; the "
+            f"target is {tv.describe()}, where accelerator.prepare raises TypeError: fully_shard() got an "
+            f"unexpected keyword argument 'ignored_params'. Use accelerate >= 1.13 (it passes the argument only "
+            f"on torch >= 2.7) or torch >= 2.7."
+            + (f" ({tv.declare_hint('2.7')}.)" if severity is not None else ""),
+            fallback=fallback,
+            severity=severity,
+        )
 
     def audit(self, ctx):
         ctx.report_problems(self)

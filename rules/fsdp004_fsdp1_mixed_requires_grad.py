@@ -19,6 +19,27 @@ _ACCELERATE_FSDP1 = (
     "  fsdp_use_orig_params: {orig}\n"
 )
 # accelerate's named policies that never give LoRA layers their own unit.
+# A model class that freezes one of its own submodules when it is built (no PEFT involved).
+_SELF_FROZEN = """
+import torch.nn as nn
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+class Layer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.router = nn.Linear(dim, 8)
+        self.proj = nn.Linear(dim, dim)
+        self.router.requires_grad_(False)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Layer(512) for _ in range(6))
+
+net = Net()
+net = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({Layer}))
+"""
 _MIXING_LAUNCH_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 
 
@@ -40,6 +61,9 @@ class Fsdp1MixedRequiresGrad(Rule):
     (the `strategy=` of `Fabric` / `Trainer`) over a LoRA model (peft, or loralib's
     `mark_only_lora_as_trainable`) whose `auto_wrap_policy` wraps whole blocks: Lightning defaults
     `use_orig_params=True` on torch >= 2.0, so it is reported on torch 2.0 or with `use_orig_params=False`.
+    Without PEFT, finds a model class of the script whose `__init__` freezes one of its own submodules
+    (`self.k.requires_grad_(False)`, or a loop over `self.k.parameters()`) next to trainable ones, wrapped
+    with no policy or a block policy that does not give the frozen submodule a unit of its own.
 
     ## Why is this bad?
     One FSDP1 unit is one `FlatParameter` with a single `requires_grad`. A decoder layer holding the frozen
@@ -74,6 +98,16 @@ class Fsdp1MixedRequiresGrad(Rule):
     - lit-llama#361, litgpt#1392; Lightning fabric/strategies/fsdp.py (`use_orig_params` default)
     """
     VALID = [
+        # The model freezes part of each layer itself: fine with use_orig_params=True, or when the policy also
+        # gives the frozen Linear its own unit, or when a class freezes all of its own parameters.
+        Valid(_SELF_FROZEN.replace("ModuleWrapPolicy({Layer}))", "ModuleWrapPolicy({Layer}), use_orig_params=True)"),
+              target={"torch": "2.4"}),
+        Valid(_SELF_FROZEN.replace("ModuleWrapPolicy({Layer})", "ModuleWrapPolicy({Layer, nn.Linear})"),
+              target={"torch": "2.4"}),
+        Valid(_SELF_FROZEN.replace("net = Net()\n", "net = Net()\nnet.requires_grad_(True)\n"), target={"torch": "2.4"}),
+        Valid(_SELF_FROZEN.replace("self.router.requires_grad_(False)",
+                                   "for p in self.parameters():\n            p.requires_grad = False"),
+              target={"torch": "2.4"}),
         # peft's own policy puts every trainable LoRA leaf in its own unit (peft docs, accelerate/fsdp.md).
         """
         from peft import get_peft_model
@@ -195,6 +229,7 @@ class Fsdp1MixedRequiresGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(_SELF_FROZEN, line=18, target={"torch": "2.4"}),
         # Before transformers 4.39 the Trainer kept the launch config's policy for a PEFT model.
         Invalid(
             """
@@ -351,14 +386,19 @@ class Fsdp1MixedRequiresGrad(Rule):
                     continue
                 lora = [e for e in t.before(ev, ("lora",)) if _trains_adapter(a, e)]
                 partial_freeze = [e for e in t.before(ev, ("freeze",)) if e.data.get("partial")]
-                if not lora and not partial_freeze:
-                    continue
                 call = ev.call
+                own = None if lora or partial_freeze else _self_freezing(a, call)
+                if not lora and not partial_freeze and own is None:
+                    continue
                 kws = a.keywords(call)
                 positional = [x for x in call.node.args if x.keyword is None and not x.star]
                 if kws is None or len(positional) > _POLICY_POSITION:
                     continue
                 policy = _policy_kind(a, kws.get("auto_wrap_policy"), call.scope)
+                if own is not None and policy == "layers":
+                    units = _policy_classes(a, kws.get("auto_wrap_policy"), call.scope)
+                    if units is None or own.frozen_class in units:
+                        continue  # units we cannot list, or the frozen part gets a unit of its own
                 if policy not in ("none", "layers") or (policy == "none" and (manual or t.escapes(ev.entity, ev))):
                     continue
                 uop_expr = kws.get("use_orig_params")
@@ -368,21 +408,26 @@ class Fsdp1MixedRequiresGrad(Rule):
                 where = "the root unit holds every parameter" if policy == "none" else (
                     "the policy wraps whole layers, so each unit holds frozen base weights and trainable LoRA weights"
                 )
+                if own is not None:
+                    where = (f"{own.klass}.__init__ (line {ctx.line(own.node)}) freezes self.{own.frozen} but not "
+                             f"the rest of {own.klass}, and " + ("the root unit holds every parameter"
+                                                                 if policy == "none" else
+                                                                 f"no unit of the policy separates them"))
+                split = ("Use peft's fsdp_auto_wrap_policy(model) so each LoRA layer gets its own unit" if own is None
+                         else "Give the frozen submodules units of their own (a policy that also wraps them)")
                 if torch20:
                     ctx.report(
                         call.node,
                         f"FSDP1 mixes frozen and trainable parameters in one unit ({where}); on {tv.describe()} "
                         f"this fails even with use_orig_params=True (\"FlatParameter requires uniform "
-                        f"requires_grad\", pytorch#100945). Use peft's fsdp_auto_wrap_policy(model) so each LoRA "
-                        f"layer gets its own unit, or upgrade to torch >= 2.1.",
+                        f"requires_grad\", pytorch#100945). {split}, or upgrade to torch >= 2.1.",
                     )
                     continue
                 ctx.report(
                     call.node,
                     f"FSDP1 with use_orig_params=False flattens each unit into one FlatParameter with a single "
                     f"requires_grad, but {where}: wrapping raises \"ValueError: ... has both parameters with "
-                    f"requires_grad=True and False\". Use peft's fsdp_auto_wrap_policy(model) (LoRA layers in their "
-                    f"own units), or use_orig_params=True (more gradient memory).",
+                    f"requires_grad=True and False\". {split}, or use_orig_params=True (more gradient memory).",
                     fix=_orig_params_fix(ctx, call),
                 )
 
@@ -520,6 +565,156 @@ def _module_set(a, expr, scope) -> bool:
         d = dotted(expr) if expr is not None else None
         expr = a.binding(d, scope) if d else None
     return False
+
+
+class _SelfFreezing:
+    """A model class (or one inside it) whose `__init__` freezes one of its own submodules only."""
+
+    def __init__(self, klass, frozen, frozen_class, node):
+        self.klass, self.frozen, self.frozen_class, self.node = klass, frozen, frozen_class, node
+
+
+_MODULE_CASTS = ("cuda", "to", "half", "bfloat16", "float", "cpu", "train")
+
+
+def _self_freezing(a, call):
+    """The wrapped model is `C(...)` of a class of this file whose own construction (its `__init__`, or that of
+    a class it builds) freezes one submodule (`for p in self.k.parameters(): p.requires_grad = False`,
+    `self.k.requires_grad_(False)`) next to other submodules it leaves trainable."""
+    import libcst as cst
+
+    expr = call.arg(0, "module")
+    scope = call.scope
+    klass = None
+    for _ in range(6):
+        if isinstance(expr, cst.Name):
+            # The assignment that reaches the wrap: the last one before it (`model = Model(); model = FSDP(model)`).
+            before = [v for seq, v in call.scope.assigns.get(expr.value, ()) if seq < call.seq]
+            expr = before[-1] if before else a.binding(expr.value, scope)
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _MODULE_CASTS:
+            expr = expr.func.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+            klass = expr.func.value
+            break
+        else:
+            return None
+    if klass is None:
+        return None
+    # The script changes requires_grad itself before wrapping: its own freeze events decide (or nothing is sure).
+    if any(st.target.endswith(".requires_grad") and st.seq < call.seq for st in call.scope.attr_sets) or any(
+            c.method == "requires_grad_" and c.seq < call.seq for c in call.scope.calls):
+        return None
+    seen: set = set()
+    todo = [klass]
+    while todo:
+        k = todo.pop(0)
+        if k in seen or len(seen) > 50:
+            continue
+        seen.add(k)
+        init = a.c.methods.get((k, "__init__"))
+        if init is None:
+            continue
+        subs = _submodules(a, init)
+        for name, built in subs.items():
+            if built in {c for c, _ in a.c.methods}:
+                todo.append(built)
+        hit = _frozen_part(init, subs)
+        if hit is not None:
+            return _SelfFreezing(k, hit[0], subs.get(hit[0]), hit[1])
+    return None
+
+
+def _submodules(a, init) -> dict:
+    """`self.x = Cls(...)` in an `__init__` (also `nn.ModuleList([Cls() ...])`): attribute -> class name."""
+    import libcst as cst
+
+    out = {}
+    for st in init.attr_sets:
+        if not st.target.startswith("self.") or st.target.count(".") != 1 or st.key is not None:
+            continue
+        for node in _calls_in(st.value):
+            name = dotted(node.func)
+            if name is None:
+                continue
+            last = name.rsplit(".", 1)[-1]
+            if last in ("ModuleList", "Sequential", "ModuleDict", "range", "len"):
+                continue
+            if last[:1].isupper():
+                out[st.target[5:]] = last
+                break
+    return out
+
+
+def _calls_in(expr):
+    import libcst as cst
+
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, node):
+            found.append(node)
+
+    if expr is not None:
+        expr.visit(V())
+    return found
+
+
+def _frozen_part(init, subs):
+    """(attribute, node) of a submodule the `__init__` freezes while another of its submodules stays trainable."""
+    import libcst as cst
+
+    frozen = {}
+    for st in init.attr_sets:
+        if not st.target.endswith(".requires_grad") or not st.loops:
+            continue
+        if not (isinstance(st.value, cst.Name) and st.value.value == "False"):
+            continue
+        it = st.loops[-1].iter
+        if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in (
+                "parameters", "named_parameters"):
+            owner = dotted(it.func.value)
+            if owner and owner.startswith("self.") and owner.count(".") == 1:
+                frozen[owner[5:]] = st.value
+    for c in init.calls:
+        if c.method == "requires_grad_" and c.receiver is not None:
+            owner = dotted(c.receiver)
+            arg = c.arg(0, "requires_grad")
+            if owner and owner.startswith("self.") and owner.count(".") == 1 and isinstance(arg, cst.Name) \
+                    and arg.value == "False":
+                frozen[owner[5:]] = c.node
+    for name, node in frozen.items():
+        if name in subs and any(other not in frozen for other in subs):
+            return name, node
+    return None
+
+
+def _policy_classes(a, expr, scope):
+    """The module class names a transformer_auto_wrap_policy / ModuleWrapPolicy wraps; None when not readable."""
+    import libcst as cst
+
+    partial = a.call_for(expr, scope, "functools_partial") if expr is not None else None
+    if partial is not None:
+        fn = partial.arg(0)
+        if fn is None or api_of(a.resolver.qualify(fn)) != "transformer_auto_wrap_policy":
+            return None
+        classes = partial.kw("transformer_layer_cls")
+    else:
+        mwp = a.call_for(expr, scope, "ModuleWrapPolicy") if expr is not None else None
+        if mwp is None:
+            return None
+        classes = mwp.arg(0, "module_classes")
+    for _ in range(3):
+        if isinstance(classes, cst.Name):
+            classes = a.binding(classes.value, scope)
+    if not isinstance(classes, (cst.Set, cst.List, cst.Tuple)):
+        return None
+    names = set()
+    for el in classes.elements:
+        d = dotted(el.value)
+        if d is None:
+            return None
+        names.add(d.rsplit(".", 1)[-1])
+    return names
 
 
 def _trains_adapter(a, lora) -> bool:

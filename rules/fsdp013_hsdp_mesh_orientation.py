@@ -31,7 +31,10 @@ class HsdpMeshOrientation(Rule):
     ## What it does
     Finds `init_device_mesh(...)` meshes handed to `fully_shard(mesh=...)` or
     `FullyShardedDataParallel(device_mesh=...)` whose layout puts the shard group first: dim names like
-    `("shard", "replicate")`, or a shape like `(gpus_per_node, num_nodes)`.
+    `("shard", "replicate")`, or a shape like `(gpus_per_node, num_nodes)`. Also finds a 2-D mesh given
+    to FSDP1 with a strategy that is not hybrid (`FULL_SHARD`, its default, `SHARD_GRAD_OP`, `NO_SHARD`):
+    FSDP1 then takes mesh dim 0 alone as its process group (reported as an error: the ranks of different
+    dim-0 groups never synchronise).
 
     ## Why is this bad?
     For HSDP, FSDP2 and FSDP1 (`HYBRID_SHARD`) take mesh dim 0 as the *replicate* dimension and dim 1 as the
@@ -56,7 +59,8 @@ class HsdpMeshOrientation(Rule):
     No automatic fix: the right shape depends on the cluster layout.
 
     ## Versions
-    All versions of torch with HSDP.
+    All versions of torch with HSDP. FSDP1's use of mesh dim 0 for the non-hybrid strategies was read in
+    torch 2.13 (fsdp/_init_utils.py, `_init_process_group_state`); FSDP1 accepts `device_mesh` from torch 2.2.
 
     ## References
     - pytorch#121023, pytorch#161776; RLinf#1542; NVIDIA-NeMo/Automodel#2768
@@ -65,6 +69,19 @@ class HsdpMeshOrientation(Rule):
     references = ("pytorch#121023", "pytorch#161776", "RLinf#1542", "NVIDIA-NeMo/Automodel#2768")
 
     VALID = [
+        # FSDP1 FULL_SHARD over a 1-D mesh, or over one named dim of a 2-D mesh.
+        """
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        mesh = init_device_mesh("cuda", (world_size,), mesh_dim_names=("dp",))
+        model = FSDP(model, device_mesh=mesh)
+        """,
+        """
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        mesh = init_device_mesh("cuda", (dp, tp), mesh_dim_names=("dp", "tp"))
+        model = FSDP(model, device_mesh=mesh["dp"])
+        """,
         """
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -97,6 +114,28 @@ class HsdpMeshOrientation(Rule):
         """,
     ]
     INVALID = [
+        # FSDP1 reads a 2-D mesh only for the HYBRID strategies; FULL_SHARD (the default) uses dim 0 alone.
+        Invalid(
+            """
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            mesh = init_device_mesh("cuda", (nodes, 8), mesh_dim_names=("replicate", "shard"))
+            model = FSDP(model, auto_wrap_policy=policy, device_mesh=mesh)
+            """,
+            line=4,
+            severity="error",
+        ),
+        Invalid(
+            """
+            import torch.distributed.fsdp as fsdp
+            from torch.distributed.device_mesh import init_device_mesh
+            mesh = init_device_mesh("cuda", mesh_shape=(2, 4))
+            model = fsdp.FullyShardedDataParallel(model, device_mesh=mesh,
+                                                  sharding_strategy=fsdp.ShardingStrategy.SHARD_GRAD_OP)
+            """,
+            line=4,
+            severity="error",
+        ),
         Invalid(
             """
             from torch.distributed.device_mesh import init_device_mesh
@@ -146,6 +185,7 @@ class HsdpMeshOrientation(Rule):
                 if why and not _sliced_by_name(ctx.source, mesh, a):
                     seen.add(id(mesh.node))
                     ctx.report(mesh.node, self.message.format(why=why))
+        self._check_fsdp1_non_hybrid(ctx, a)
         for call in a.calls("fully_shard", "FSDP1"):
             mesh_expr = call.kw("mesh") if call.api == "fully_shard" else call.kw("device_mesh")
             if mesh_expr is None:
@@ -157,6 +197,46 @@ class HsdpMeshOrientation(Rule):
             why = _shard_first(a, ctx, mesh)
             if why:
                 ctx.report(mesh.node, self.message.format(why=why))
+
+
+    def _check_fsdp1_non_hybrid(self, ctx, a) -> None:
+        """FSDP1 takes a 2-D mesh as (replicate, shard) only for the HYBRID strategies; with FULL_SHARD (its
+        default), SHARD_GRAD_OP or NO_SHARD its process group is mesh dim 0 alone (torch 2.13
+        fsdp/_init_utils.py `_init_process_group_state`: `device_mesh.get_group(mesh_dim=0)`), so it shards
+        and reduces gradients only within dim 0's groups."""
+        for call in a.calls("FSDP1"):
+            mesh_expr = call.kw("device_mesh")
+            if mesh_expr is None or call.star_kwargs():
+                continue
+            mesh = a.call_for(mesh_expr, call.scope, "init_device_mesh")
+            if mesh is None or not _two_dims(a, mesh):
+                continue
+            strategy = call.kw("sharding_strategy")
+            if strategy is not None:
+                text = ctx.code(strategy) + " " + ctx.code(_follow(a, strategy, call.scope) or strategy)
+                m = re.search(r"\b(FULL_SHARD|SHARD_GRAD_OP|NO_SHARD)\b", text)
+                if m is None or "HYBRID" in text:
+                    continue
+                name = m.group(1)
+            else:
+                name = "FULL_SHARD (the default)"
+            ctx.report(
+                mesh_expr,
+                f"FSDP1 is given a 2-D device mesh with sharding_strategy {name}: only the HYBRID strategies read a "
+                "2-D mesh as (replicate, shard); any other strategy takes mesh dim 0 alone as its process group, so "
+                "parameters are sharded and gradients reduced only among the ranks of dim 0 (with a (1, N) mesh, "
+                "every rank trains its own unsynchronised copy). Pass a 1-D mesh of all ranks for FULL_SHARD, or "
+                "use ShardingStrategy.HYBRID_SHARD with (replicate, shard).",
+                severity=Severity.ERROR,
+            )
+
+
+def _two_dims(a, mesh) -> bool:
+    names = a.value(mesh.kw("mesh_dim_names"), mesh.scope) if mesh.kw("mesh_dim_names") is not None else None
+    if isinstance(names, (list, tuple)):
+        return len(names) == 2
+    shape = _follow(a, mesh.arg(1, "mesh_shape"), mesh.scope)
+    return isinstance(shape, (cst.Tuple, cst.List)) and len(shape.elements) == 2
 
 
 def _dim_names(a, mesh):

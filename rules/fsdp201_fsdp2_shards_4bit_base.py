@@ -4,6 +4,23 @@ from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
+from fsdplint.rules._quantization import trl_4bit_configs
+
+
+YAML_FSDP2 = """\
+distributed_type: FSDP
+fsdp_config:
+  fsdp_version: 2
+"""
+# trl's parser: the 4-bit switch and the dtype come from the command line.
+_TRL_SCRIPT = """
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_quantization_config
+parser = TrlParser((SFTConfig, ModelConfig))
+training_args, model_args = parser.parse_args_and_config()
+quantization_config = get_quantization_config(model_args)
+training_args.model_init_kwargs = {"quantization_config": quantization_config}
+SFTTrainer(model=model_args.model_name_or_path, args=training_args).train()
+"""
 
 
 class Fsdp2Shards4bitBase(Rule):
@@ -18,7 +35,10 @@ class Fsdp2Shards4bitBase(Rule):
     Finds bitsandbytes `Params4bit` weights (QLoRA base weights) inside an FSDP2 unit that are not in
     `ignored_params`. In scripts, finds a 4-bit load (`BitsAndBytesConfig(load_in_4bit=True)`) of a model
     that is then sharded with `fully_shard` without `ignored_params`, or launched with accelerate / the
-    Trainer on FSDP2 where accelerate does not exclude the 4-bit weights itself. In axolotl and
+    Trainer on FSDP2 where accelerate does not exclude the 4-bit weights itself. A 4-bit config built by
+    trl's `get_quantization_config(model_args)` counts when the launch passes `--load_in_4bit`; its storage is
+    the `ModelConfig` field that trl release reads (`torch_dtype` in 0.10-0.22, `dtype` in 0.23-0.25,
+    `bnb_4bit_quant_storage` from 0.26). In axolotl and
     LLaMA-Factory configs, finds a 4-bit base under `fsdp_version: 2`, except where the tool keeps
     Params4bit itself (axolotl >= 0.12.0 with `adapter: qlora`).
 
@@ -54,6 +74,13 @@ class Fsdp2Shards4bitBase(Rule):
     - axolotl#2992, trl#6343, torchtune#909
     """
     VALID = [
+        # trl >= 0.26 takes the storage from --bnb_4bit_quant_storage (default uint8), which accelerate >= 1.14
+        # excludes from sharding on torch >= 2.7; and without --load_in_4bit nothing is quantized.
+        Valid(_TRL_SCRIPT, target={"trl": "0.26.0", "accelerate": "1.15.0", "torch": "2.8"},
+              options={"accelerate_config": YAML_FSDP2,
+                       "launch_command": "accelerate launch example.py --load_in_4bit --dtype bfloat16"}),
+        Valid(_TRL_SCRIPT, target={"trl": "0.25.0", "accelerate": "1.13.0", "torch": "2.8"},
+              options={"accelerate_config": YAML_FSDP2, "launch_command": "accelerate launch example.py --dtype bfloat16"}),
         # ... and FSDP1 before transformers 5.10: FSDP202's route, not this rule's.
         Valid(
             """
@@ -129,6 +156,13 @@ class Fsdp2Shards4bitBase(Rule):
         ),
     ]
     INVALID = [
+        # trl 0.23-0.25 take the storage from --dtype: bfloat16 storage is sharded by accelerate.
+        Invalid(_TRL_SCRIPT, line=4, target={"trl": "0.25.0", "accelerate": "1.15.0", "torch": "2.8"},
+                options={"accelerate_config": YAML_FSDP2,
+                         "launch_command": "accelerate launch example.py --load_in_4bit --dtype bfloat16"}),
+        # Before accelerate 1.14 nothing excludes the 4-bit weights, whatever their storage.
+        Invalid(_TRL_SCRIPT, line=4, target={"trl": "0.26.0", "accelerate": "1.13.0", "torch": "2.8"},
+                options={"accelerate_config": YAML_FSDP2, "launch_command": "accelerate launch example.py --load_in_4bit"}),
         # TrainingArguments(fsdp=...) without a version is FSDP2 from transformers 5.10 (transformers#45640).
         Invalid(
             """
@@ -198,12 +232,13 @@ class Fsdp2Shards4bitBase(Rule):
         a = ctx.analysis
         configs = [c for c in a.calls("BitsAndBytesConfig") if _true(a, c, "load_in_4bit")]
         loads = [c for c in a.calls("load_model") if _true(a, c, "load_in_4bit") or _uses_config(a, c, configs)]
-        if not configs and not loads:
+        lib_configs = trl_4bit_configs(ctx, a)  # get_quantization_config(model_args) with --load_in_4bit
+        if not configs and not loads and not lib_configs:
             return
         shards = [e for t in a.timelines for e in t.of("shard2")]
         if any(e.call is not None and a.keyword(e.call, "ignored_params") is not None for e in shards):
             return  # 4-bit weights excluded (torch >= 2.7; FSDP001 checks the version)
-        where = configs[0] if configs else loads[0]
+        where = configs[0] if configs else (loads[0] if loads else lib_configs[0])
         if shards:
             hit = _first_shard_of_4bit_model(a, shards, loads)
             if hit is None:
@@ -219,7 +254,8 @@ class Fsdp2Shards4bitBase(Rule):
         if getattr(a, "launch_fsdp_version", None) != 2:
             return
         torch_v, acc_v = ctx.version("torch"), ctx.version("accelerate")
-        float_storage = any(_float_storage(a, c) for c in configs)
+        float_storage = any(_float_storage(a, c) for c in configs) or any(
+            isinstance(h.storage, str) and h.storage.rsplit(".", 1)[-1] in _FLOAT_DTYPES for h in lib_configs)
         excludes = behaviour.holds("accelerate_fsdp2_ignores_params4bit", acc_v)
         if torch_v >= "2.7" and excludes and not float_storage:
             return  # accelerate excludes the uint8 Params4bit from sharding (accelerate#3987)
@@ -228,6 +264,13 @@ class Fsdp2Shards4bitBase(Rule):
         if float_storage:
             why = ("with a floating bnb_4bit_quant_storage accelerate still shards the Params4bit (it only "
                    "excludes integer storage), so their quant_state is lost")
+            if excludes is False:
+                why = (f"{acc_v.describe()} shards every Params4bit (it excludes none before 1.14, and from 1.14 "
+                       "only integer storage), so their quant_state is lost")
+            if where in lib_configs:
+                field = behaviour.trl_quant_storage_field(ctx.version("trl"))
+                why += (f"; trl's get_quantization_config ({ctx.version('trl').describe()}) sets "
+                        f"bnb_4bit_quant_storage from model_args.{field} ({where.storage})")
         else:
             why = (f"accelerate excludes 4-bit weights from FSDP2 only from accelerate 1.14 on torch >= 2.7, and "
                    f"the target is {acc_v.describe()}, {torch_v.describe()}")

@@ -168,3 +168,22 @@ def test_any_text_reads_without_error_or_hang(text, as_launch):
     for launch in parse_launches(text, "run.sh"):
         assert launch.script or launch.module
         assert all(w.line >= 1 for w in launch.args)
+
+
+def test_environment_a_launch_gives_its_script():
+    first, second, third = _launches(
+        """\
+        export ACCELERATE_USE_FSDP=true
+        V=2
+        export FSDP_VERSION=$V
+        LOCAL=1
+        FSDP_STATE_DICT_TYPE=SHARDED_STATE_DICT torchrun --nproc_per_node 8 train.py
+        srun env FSDP_OFFLOAD_PARAMS=$UNSET python -m pkg.train
+        python eval.py
+        """
+    )
+    env = {k: (w.text, w.line) for k, w in first.env.items()}
+    assert env == {"ACCELERATE_USE_FSDP": ("true", 1), "FSDP_VERSION": ("2", 3), "FSDP_STATE_DICT_TYPE": ("SHARDED_STATE_DICT", 5)}
+    assert second.module == "pkg.train" and second.env["FSDP_OFFLOAD_PARAMS"].unknown
+    # A `NAME=value cmd` prefix is for that command only; unrelated variables are not kept.
+    assert set(third.env) == {"ACCELERATE_USE_FSDP", "FSDP_VERSION"}
