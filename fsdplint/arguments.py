@@ -165,8 +165,11 @@ def might_parse_arguments(text: str) -> bool:
     return "add_argument" in text or any(p in text for p in _PARSERS)
 
 
-def parse_definitions(source: str, use_installed: bool = True) -> Optional[Definitions]:
-    """The script's argument definitions; None when it parses none."""
+def parse_definitions(source: str, use_installed: bool = True, find_module=None,
+                      path: Optional[Path] = None) -> Optional[Definitions]:
+    """The script's argument definitions; None when it parses none. `find_module(importer, module, level)`
+    (the project's import resolution) lets dataclasses defined in the project's other modules
+    (`from alignment import ModelArguments`, a `src/` package) be read from their own file."""
     if not might_parse_arguments(source):
         return None
     try:
@@ -176,6 +179,7 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
     nodes = list(ast.walk(tree))  # one walk; the passes below filter it
     imports = _imports(nodes)
     classes = {n.name: n for n in nodes if isinstance(n, ast.ClassDef)}
+    project = (find_module, path) if find_module is not None and path is not None else None
     defs = Definitions()
     argparse_group = Group("argparse")
     parser_vars: dict[str, list[Group]] = {}
@@ -197,7 +201,7 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
             callee = _name(call.func)
             if callee and callee.split(".")[-1] in _PARSERS and call.args:
                 types = call.args[0].elts if isinstance(call.args[0], (ast.Tuple, ast.List)) else [call.args[0]]
-                groups = [_dataclass_group(t, classes, imports, use_installed) for t in types]
+                groups = [_dataclass_group(t, classes, imports, use_installed, project) for t in types]
                 for t in node.targets:
                     if isinstance(t, ast.Name):
                         parser_vars[t.id] = groups
@@ -223,7 +227,7 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
                     and inner.args:
                 # `HfArgumentParser(Args).parse_json_file(...)`
                 types = inner.args[0].elts if isinstance(inner.args[0], (ast.Tuple, ast.List)) else [inner.args[0]]
-                groups = [_dataclass_group(t, classes, imports, use_installed) for t in types]
+                groups = [_dataclass_group(t, classes, imports, use_installed, project) for t in types]
                 defs.groups.extend(g for g in groups if g is not None)
             if groups is None:
                 continue
@@ -339,7 +343,7 @@ def _argparse_field(call: ast.Call) -> Optional[Field]:
     return f
 
 
-def _dataclass_group(node: ast.AST, classes, imports, use_installed: bool) -> Optional[Group]:
+def _dataclass_group(node: ast.AST, classes, imports, use_installed: bool, project=None) -> Optional[Group]:
     name = _name(node)
     if name is None:
         return None
@@ -348,6 +352,18 @@ def _dataclass_group(node: ast.AST, classes, imports, use_installed: bool) -> Op
         g = Group(name, fields)
         g.training = _is_training(classes[name], classes, imports)
         return g
+    head, _, rest = name.partition(".")
+    raw = imports.get(head, head) + (f".{rest}" if rest else "")
+    if project is not None and "." in raw and raw.split(".")[0] not in _LIBRARY_PACKAGES:
+        # A dataclass of the project's own modules: its fields as that file defines them.
+        found = _project_class(raw.rpartition(".")[0], 0, raw.rpartition(".")[2], project[1], project[0])
+        if found is not None:
+            cls, tree = found
+            nodes = list(ast.walk(tree))
+            mod_classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+            mod_imports = _imports(nodes)
+            fields = _class_fields(cls, mod_classes, mod_imports, use_installed, 0, local=True, lines=False)
+            return Group(raw, fields, _is_training(cls, mod_classes, mod_imports))
     qual = _qualify(name, imports)
     fields = library_fields(qual, use_installed)
     if fields is None:
@@ -368,24 +384,68 @@ def _is_training(cls: ast.ClassDef, classes, imports, depth: int = 0) -> bool:
     return False
 
 
-def _class_fields(cls: ast.ClassDef, classes, imports, use_installed, depth, local) -> dict[str, Field]:
+def _class_fields(cls: ast.ClassDef, classes, imports, use_installed, depth, local, lines: bool = True) -> dict[str, Field]:
+    """`lines=False`: a class of another file, whose lines are not the script's."""
     out: dict[str, Field] = {}
     for b in cls.bases:
         n = _name(b)
         if n is None or depth > 4:
             continue
         if "." not in n and n in classes:
-            out.update(_class_fields(classes[n], classes, imports, use_installed, depth + 1, local))
+            out.update(_class_fields(classes[n], classes, imports, use_installed, depth + 1, local, lines))
         else:
             lib = library_fields(_qualify(n, imports), use_installed) if local else None
             if lib:
                 out.update(lib)
     for stmt in cls.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            f = _dataclass_field(stmt, local)
+            f = _dataclass_field(stmt, local and lines)
             if f is not None:
                 out[f.name] = f
     return out
+
+
+# Packages whose dataclasses are read from the installed library (or the table), never from the project.
+_LIBRARY_PACKAGES = frozenset({"transformers", "trl", "peft", "accelerate", "torch", "datasets"})
+_TREES: dict[tuple, Optional[ast.Module]] = {}
+
+
+def _module_tree(path: Path) -> Optional[ast.Module]:
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+    if key not in _TREES:
+        try:
+            _TREES[key] = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            _TREES[key] = None
+    return _TREES[key]
+
+
+def _project_class(module: str, level: int, name: str, importer: Path, find_module,
+                   depth: int = 0) -> Optional[tuple[ast.ClassDef, ast.Module]]:
+    """The class `name` of the project module `module` (following re-exports such as a package
+    `__init__.py`'s `from .configs import ModelArguments`); None when it is not the project's."""
+    if depth > 3:
+        return None
+    try:
+        f = find_module(importer, module, level)
+    except (OSError, ValueError):
+        return None
+    tree = _module_tree(f) if f is not None else None
+    if tree is None:
+        return None
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef) and n.name == name:
+            return n, tree
+    for n in tree.body:
+        if isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                if (a.asname or a.name) == name:
+                    return _project_class(n.module or "", n.level, a.name, f, find_module, depth + 1)
+    return None
 
 
 def _annotation_kind(node: ast.AST) -> str:

@@ -93,7 +93,9 @@ class LintContext:
             from fsdplint.runs import base_dirs
 
             try:
-                defs = arguments.parse_definitions(self.source, self._use_installed)
+                finder = self.project.find_module if self.project is not None and self.path is not None else None
+                defs = arguments.parse_definitions(self.source, self._use_installed, finder,
+                                                   self.path.resolve() if finder is not None else None)
                 if defs is not None:
                     dirs = base_dirs(run, self.path)
                     env = arguments.bind(defs, launch, dirs)

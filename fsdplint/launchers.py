@@ -783,16 +783,22 @@ def runs_script(launch: Launch, script: Path) -> bool:
     return any(w and tuple(parts[-len(w):]) == tuple(w) for w in want)
 
 
-def launches_for(script: Path) -> list[Launch]:
-    """The launches in the project's shell scripts that run `script` (deepspeed jobs left out)."""
+def launches_for(script: Path, linted_dir: Optional[str] = None) -> list[Launch]:
+    """The launches in the project's shell scripts that run `script` (deepspeed jobs left out).
+    Without a project marker above the script, the directory given on the command line bounds the
+    search when the script lies inside it (a `run.sh` at the top launching `scripts/train.py`)."""
     try:
         root = project_root(script)
+        if not _has_marker(root) and linted_dir is not None:
+            base = Path(linted_dir).resolve()
+            if base == root or base in root.parents:
+                root = base
     except OSError:
         return []
     needle = script.stem if script.name != "__main__.py" else script.parent.name
     out = []
     # Outside a project (no pyproject.toml/setup.py/.git above): the script's own directory only.
-    for sh in shell_files(root, 4 if _has_marker(root) else 0):
+    for sh in shell_files(root, 4 if _has_marker(root) or root != script.resolve().parent else 0):
         try:
             st = sh.stat()
         except OSError:

@@ -36,7 +36,7 @@ def runs_for(path: Optional[Path], filename: str, options) -> list[Run]:
         return [Run(l) for l in given if launchers.runs_script(l, target)]
     if path is None or not options.get("discover_launch", True):
         return []
-    return [Run(l) for l in launchers.launches_for(path)]
+    return [Run(l) for l in launchers.launches_for(path, options.get("project_root"))]
 
 
 def base_dirs(run: Optional[Run], path: Optional[Path]) -> tuple:

@@ -2,6 +2,7 @@ import libcst as cst
 
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN, QName
+from fsdplint.resolve import dotted
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
 from fsdplint.rule import Invalid, Rule, Valid
@@ -272,6 +273,20 @@ class QloraQuantStorageMismatch(Rule):
                 ctx.report(bnb.node, msg, fix=fix)
                 continue
             storage_name = _dtype(a, storage, bnb)
+            if storage_name in _INTEGER_DTYPES:
+                # An integer storage fails whatever the load dtype (given as a value, or a parsed
+                # argument's value such as a dataclass default of "uint8").
+                where = _argument_origin(a, storage)
+                fix = None if where else _fix(ctx, a, bnb, dtype, load, dtype_name, replace=True)
+                ctx.report(
+                    bnb.kwarg("bnb_4bit_quant_storage") or bnb.node,
+                    f"bnb_4bit_quant_storage is {storage_name}{where} under FSDP1: FSDP1 cannot flatten integer "
+                    f"tensors (ValueError: Cannot flatten integer dtype tensors). Set it to the dtype the model is "
+                    f"loaded with" + (f" ({dtype_name})" if dtype_name else "")
+                    + (" where that argument is given (the launch line or the recipe)." if where else "."),
+                    fix=fix,
+                )
+                continue
             if storage_name is None or dtype_name is None:
                 # Unknown values: still equal when both sides are the same variable.
                 continue
@@ -322,6 +337,19 @@ class QloraQuantStorageMismatch(Rule):
 
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
                   "float16": "float16", "float32": "float32", "float64": "float64", "uint8": "uint8", "int8": "int8"}
+
+
+_INTEGER_DTYPES = frozenset({"uint8", "int8"})
+
+
+def _argument_origin(a, expr) -> str:
+    """' (model_args.bnb_4bit_quant_storage: its default)' when the value is a parsed argument's."""
+    env = getattr(a, "env", None)
+    d = dotted(expr) if isinstance(expr, (cst.Attribute, cst.Name)) else None
+    hit = env.lookup(d) if env is not None and d else None
+    if hit is None or hit.origin is None:
+        return ""
+    return f" ({d}: {hit.origin.describe()})"
 
 
 def _resolved(a, call, name):

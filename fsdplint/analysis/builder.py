@@ -145,6 +145,13 @@ class Builder(Classes, Linking):
         items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets, *scope.aliases], key=lambda i: i.seq)
         if self._dead:  # code the known argument values rule out
             items = [i for i in items if id(i) not in self._dead]
+        if origin is not None and self.env is not None:
+            # Another module's function, run with the parsed arguments passed on (`get_config(model_args)`):
+            # its branches on them are decided by the same values.
+            dead = [i for i in items if i.guards and self.dead(i)]
+            if dead:
+                self._dead.update(id(i) for i in dead)
+                items = [i for i in items if id(i) not in self._dead]
         steps: list[Step] = []
         for item in items:
             step = Step(item, prefix, mapping, origin=origin, site=site)
