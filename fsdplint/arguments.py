@@ -118,6 +118,7 @@ class Definitions:
     config_flag: bool = False  # TrlParser.parse_args_and_config: `--config recipe.yaml`
     file_arg: bool = False  # parse_yaml_file/parse_json_file/H4 parse: the first argument may be a recipe
     recipe: Optional[str] = None  # `parse_yaml_file("recipe.yaml")` with the path written in the script
+    fire: bool = False  # `fire.Fire(main)`: the command line's `--key value` words, as fire reads them
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class ArgEnv:
 
 # -- reading the script -------------------------------------------------------------------
 def might_parse_arguments(text: str) -> bool:
-    return "add_argument" in text or any(p in text for p in _PARSERS)
+    return "add_argument" in text or any(p in text for p in _PARSERS) or "Fire(" in text
 
 
 def parse_definitions(source: str, use_installed: bool = True, find_module=None,
@@ -250,8 +251,70 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
                 name = _first_name(t)
                 if name:
                     defs.namespaces.setdefault(name, argparse_group)
+    if not defs.namespaces and "Fire(" in source:
+        _fire_definitions(nodes, functions, classes, imports, use_installed, project, defs)
     # `def main(args)` called with a parsed namespace: the parameter holds the same fields.
     return defs if defs.namespaces else None
+
+
+def _fire_definitions(nodes, functions, classes, imports, use_installed, project, defs: Definitions) -> None:
+    """`fire.Fire(main)` with `def main(**kwargs)` that builds config dataclasses and hands them the
+    keywords (`train_config = TRAIN_CONFIG(); update_config(train_config, **kwargs)`, the llama-recipes
+    layout): each such variable holds its dataclass's fields, set by the launch's `--key value` words."""
+    target = None
+    for n in nodes:
+        if isinstance(n, ast.Call) and (_name(n.func) or "").split(".")[-1] == "Fire" and n.args \
+                and _qualify(_name(n.func) or "", imports) in ("fire.Fire", "fire.core.Fire") \
+                and isinstance(n.args[0], ast.Name):
+            target = n.args[0].id
+    fn = next((f for f in functions if f.name == target), None)
+    if fn is None or fn.args.kwarg is None:
+        return
+    kwargs = fn.args.kwarg.arg
+    built: dict[str, ast.AST] = {}  # variable -> the class it is built from
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+            continue
+        t, v = n.targets[0], n.value
+        pairs = list(zip(t.elts, v.elts)) if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) \
+            and len(t.elts) == len(v.elts) else [(t, v)]
+        for tt, vv in pairs:
+            if isinstance(tt, ast.Name) and isinstance(vv, ast.Call) and not vv.args and not vv.keywords:
+                built[tt.id] = vv.func
+    handed: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kwargs
+                                           for k in n.keywords):
+            for a in n.args:
+                for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a]):
+                    if isinstance(e, ast.Name) and e.id in built:
+                        handed.add(e.id)
+    for var in sorted(handed):
+        g = _dataclass_group(built[var], classes, imports, use_installed, project)
+        if g is not None and g.fields:
+            defs.groups.append(g)
+            defs.namespaces[var] = g
+    defs.fire = bool(defs.namespaces)
+
+
+def fire_value(text: str) -> Any:
+    """A command-line word as fire (0.7, parser.DefaultParseValue) reads it: a Python literal, with bare
+    names taken as strings (`false` is the string "false", only `False` is False), else the text itself."""
+    try:
+        root = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return text
+    if isinstance(root.body, ast.BinOp):
+        return text
+
+    class _Bare(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return node if node.id in ("True", "False", "None") else ast.copy_location(ast.Constant(node.id), node)
+
+    try:
+        return ast.literal_eval(_Bare().visit(root))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return text
 
 
 def _first_name(t: ast.AST) -> Optional[str]:
@@ -635,7 +698,10 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
             recipe = _word(defs.recipe)
         if recipe is not None:
             _apply_recipe(defs, values, recipe, base_dirs, env)
-        _apply_words(defs, values, words, launch)
+        if defs.fire:
+            _apply_fire_words(defs, values, words, launch)
+        else:
+            _apply_words(defs, values, words, launch)
         if launch.open_args:
             for g in defs.groups:
                 for name, v in values[id(g)].items():
@@ -740,6 +806,51 @@ def _apply_words(defs, values, words, launch) -> None:
             else:
                 slot[f.name] = ArgValue((UNKNOWN,), origin)
         k += 1
+
+
+def _apply_fire_words(defs, values, words, launch) -> None:
+    """fire's keyword parsing (core._ParseKeywordArgs): `--key=value`; `--key value`; a bare `--key` (the
+    last word, or followed by another flag) is True, `--nokey` then False. Every config that has the
+    field receives it (the kwargs go to each of them)."""
+    def is_flag(w) -> bool:
+        return w.text.startswith("-") and not _is_number(w.text)
+
+    k = 0
+    while k < len(words):
+        w = words[k]
+        if w.splat or not is_flag(w):
+            k += 1
+            continue
+        body = w.text.lstrip("-")
+        inline = "=" in body
+        key, value = body.split("=", 1) if inline else (body, None)
+        key = key.replace("-", "_")
+        bare = not inline and (k + 1 == len(words) or is_flag(words[k + 1]) or words[k + 1].splat)
+        unknown = w.unknown
+        if bare:
+            if not any(key in values[id(g)] for g in defs.groups) and key.startswith("no"):
+                key, parsed = key[2:], False
+            else:
+                parsed = True
+            k += 1
+        elif inline:
+            parsed = fire_value(value)
+            k += 1
+        else:
+            nxt = words[k + 1]
+            parsed, unknown = fire_value(nxt.text), unknown or nxt.unknown
+            k += 2
+        for g in defs.groups:
+            if key in values[id(g)]:
+                values[id(g)][key] = ArgValue((UNKNOWN if unknown else parsed,), Origin(launch.file, w.line, "launch"))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def resolve_file(name: str, base_dirs: tuple) -> Optional[Path]:

@@ -88,7 +88,7 @@ class LintContext:
         run = self.options.get("run")
         launch = run.launch if run is not None else None
         env, dirs = None, ()
-        if "add_argument" in self.source or "Parser" in self.source:
+        if "add_argument" in self.source or "Parser" in self.source or "Fire(" in self.source:
             from fsdplint import arguments
             from fsdplint.runs import base_dirs
 

@@ -233,7 +233,8 @@ def lint_text(
     if ctx.reports:
         pos = ctx.positions
         seen = set()
-        notes = branch_notes(ctx) if settings.options.get("run") is not None or "add_argument" in text or "Parser" in text else None
+        notes = branch_notes(ctx) if settings.options.get("run") is not None or "add_argument" in text or "Parser" in text \
+            or "Fire(" in text else None
         from fsdplint.analysis.index import locate
 
         a = ctx.analysis
