@@ -25,8 +25,10 @@ class QloraQuantStorageMismatch(Rule):
     Computes the FSDP1 flat parameters of a 4-bit model with the dtype the loaded weights will have
     (`bnb_4bit_quant_storage`, uint8 by default) and runs FSDP1's own flattening checks on each unit.
     In scripts, finds `BitsAndBytesConfig(load_in_4bit=True)` under FSDP1 (`FullyShardedDataParallel`,
-    or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, or with one that differs
-    from the `dtype=`/`torch_dtype=` the model is loaded with. In axolotl and LLaMA-Factory configs, finds
+    or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, with an integer one (such as
+    a parsed argument whose default is "uint8"), or with one that differs from the `dtype=`/`torch_dtype=`
+    the model is loaded with. mmengine-style configs count too: `dict(type=BitsAndBytesConfig, ...)` is the
+    call the registry makes, and `FSDPStrategy` / `MMFullyShardedDataParallel` wrap with FSDP1. In axolotl and LLaMA-Factory configs, finds
     a 4-bit base under FSDP1 that the tool loads without a float storage: axolotl's `adapter: lora` with
     `load_in_4bit` (before v0.13.0; axolotl sets the storage only for `adapter: qlora`), LLaMA-Factory
     with a transformers < 4.39 or bitsandbytes < 0.43 that drops its `bnb_4bit_quant_storage`.
@@ -139,8 +141,62 @@ class QloraQuantStorageMismatch(Rule):
         model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
         model = FSDP(model)
         """,
+        # An mmengine-style config whose 4-bit storage matches the load dtype: built as written, it flattens.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        llm = dict(
+            type=AutoModelForCausalLM.from_pretrained,
+            pretrained_model_name_or_path="m",
+            torch_dtype=torch.bfloat16,
+            quantization_config=dict(type=BitsAndBytesConfig, load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16),
+        )
+        strategy = dict(type="FSDPStrategy", model_wrapper=dict(use_orig_params=True))
+        """,
+        # The same config trained with DeepSpeed: no FSDP, the uint8 default is fine.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        llm = dict(
+            type=AutoModelForCausalLM.from_pretrained,
+            pretrained_model_name_or_path="m",
+            quantization_config=dict(type=BitsAndBytesConfig, load_in_4bit=True),
+        )
+        strategy = dict(type="DeepSpeedStrategy", config=dict(zero_optimization=dict(stage=2)))
+        """,
     ]
     INVALID = [
+        # An integer storage cannot be flattened whatever the model is loaded as (here: not stated).
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.uint8)
+            model = FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=q))
+            """,
+            line=5,
+        ),
+        # An mmengine-style config (xtuner): the registry builds each `dict(type=...)`, and FSDPStrategy wraps
+        # the model in FSDP1 (MMFullyShardedDataParallel).
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            llm = dict(
+                type=AutoModelForCausalLM.from_pretrained,
+                pretrained_model_name_or_path="m",
+                torch_dtype=torch.bfloat16,
+                quantization_config=dict(type=BitsAndBytesConfig, load_in_4bit=True, bnb_4bit_quant_type="nf4"),
+            )
+            strategy = dict(type="FSDPStrategy", model_wrapper=dict(use_orig_params=True))
+            """,
+            line=8,
+        ),
         # ... and FSDP1 before 5.10.
         Invalid(
             """
