@@ -60,6 +60,24 @@ class CollectiveInRankGuard(Rule):
     references = ("pytorch#122903", "pytorch#143536", "accelerate#2000")
 
     VALID = [
+        # After training under an FSDP1 launch, rank 0 loads the base and adapter again and merges: that copy
+        # was never sharded, so saving it alone gathers nothing (FSDP403 speaks of the others waiting).
+        Valid(
+            """
+            from peft import AutoPeftModelForCausalLM
+            from transformers import AutoModelForCausalLM, Trainer
+
+            model = AutoModelForCausalLM.from_pretrained("m")
+            trainer = Trainer(model=model, args=training_args, peft_config=peft_config)
+            trainer.train()
+            trainer.save_model()
+            if trainer.accelerator.is_main_process:
+                model = AutoPeftModelForCausalLM.from_pretrained(training_args.output_dir)
+                model = model.merge_and_unload()
+                model.save_pretrained("merged")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
         # All ranks gather, rank 0 writes.
         """
         import torch.distributed as dist
@@ -309,4 +327,22 @@ def _launch_wrapped(a, t, ev) -> bool:
     ref = ev.ref
     if ref is not None and ref.key.split(":")[-1].startswith("trainer."):
         return True
-    return bool(a.calls("Trainer")) and t.is_model(ev.entity)
+    if not (a.calls("Trainer") and t.is_model(ev.entity)):
+        return False
+    # A model loaded again after the Trainer was built (`model = AutoPeftModelForCausalLM.from_pretrained(...)`
+    # on rank 0 to merge the adapter) is a fresh, unwrapped copy: the Trainer never sharded it.
+    built = [s for s in t.steps if s.call is not None and s.call.api == "Trainer" and _order(s) < ev.seq]
+    if built and t.rebound(ev.entity, _At(_order(built[-1])), ev):
+        return False
+    return True
+
+
+class _At:
+    """A point of the timeline (for `Timeline.rebound`, which reads only `seq`)."""
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+
+def _order(step) -> int:
+    return step.order if step.order >= 0 else step.seq

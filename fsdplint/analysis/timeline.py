@@ -114,7 +114,8 @@ class Timeline:
         for step in self.steps:
             call = step.call
             while call is not None and step.call.targets:
-                if call.api == "load_model" or (call.api is None and call.method in MODEL_LOADER_METHODS):
+                if call.api == "load_model" or (call.api is None and call.method in MODEL_LOADER_METHODS) \
+                        or (call.qualname or "").startswith("peft.AutoPeftModel"):  # base + adapter, loaded anew
                     out.append(step)
                     break
                 call = self.analysis.call_at(call.receiver) if isinstance(call.receiver, cst.Call) else None
