@@ -118,6 +118,7 @@ class Definitions:
     config_flag: bool = False  # TrlParser.parse_args_and_config: `--config recipe.yaml`
     file_arg: bool = False  # parse_yaml_file/parse_json_file/H4 parse: the first argument may be a recipe
     recipe: Optional[str] = None  # `parse_yaml_file("recipe.yaml")` with the path written in the script
+    fire: bool = False  # `fire.Fire(main)`: the command line's `--key value` words, as fire reads them
 
 
 @dataclass(frozen=True)
@@ -162,11 +163,14 @@ class ArgEnv:
 
 # -- reading the script -------------------------------------------------------------------
 def might_parse_arguments(text: str) -> bool:
-    return "add_argument" in text or any(p in text for p in _PARSERS)
+    return "add_argument" in text or any(p in text for p in _PARSERS) or "Fire(" in text
 
 
-def parse_definitions(source: str, use_installed: bool = True) -> Optional[Definitions]:
-    """The script's argument definitions; None when it parses none."""
+def parse_definitions(source: str, use_installed: bool = True, find_module=None,
+                      path: Optional[Path] = None) -> Optional[Definitions]:
+    """The script's argument definitions; None when it parses none. `find_module(importer, module, level)`
+    (the project's import resolution) lets dataclasses defined in the project's other modules
+    (`from alignment import ModelArguments`, a `src/` package) be read from their own file."""
     if not might_parse_arguments(source):
         return None
     try:
@@ -176,6 +180,7 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
     nodes = list(ast.walk(tree))  # one walk; the passes below filter it
     imports = _imports(nodes)
     classes = {n.name: n for n in nodes if isinstance(n, ast.ClassDef)}
+    project = (find_module, path) if find_module is not None and path is not None else None
     defs = Definitions()
     argparse_group = Group("argparse")
     parser_vars: dict[str, list[Group]] = {}
@@ -197,7 +202,7 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
             callee = _name(call.func)
             if callee and callee.split(".")[-1] in _PARSERS and call.args:
                 types = call.args[0].elts if isinstance(call.args[0], (ast.Tuple, ast.List)) else [call.args[0]]
-                groups = [_dataclass_group(t, classes, imports, use_installed) for t in types]
+                groups = [_dataclass_group(t, classes, imports, use_installed, project) for t in types]
                 for t in node.targets:
                     if isinstance(t, ast.Name):
                         parser_vars[t.id] = groups
@@ -223,7 +228,7 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
                     and inner.args:
                 # `HfArgumentParser(Args).parse_json_file(...)`
                 types = inner.args[0].elts if isinstance(inner.args[0], (ast.Tuple, ast.List)) else [inner.args[0]]
-                groups = [_dataclass_group(t, classes, imports, use_installed) for t in types]
+                groups = [_dataclass_group(t, classes, imports, use_installed, project) for t in types]
                 defs.groups.extend(g for g in groups if g is not None)
             if groups is None:
                 continue
@@ -246,8 +251,70 @@ def parse_definitions(source: str, use_installed: bool = True) -> Optional[Defin
                 name = _first_name(t)
                 if name:
                     defs.namespaces.setdefault(name, argparse_group)
+    if not defs.namespaces and "Fire(" in source:
+        _fire_definitions(nodes, functions, classes, imports, use_installed, project, defs)
     # `def main(args)` called with a parsed namespace: the parameter holds the same fields.
     return defs if defs.namespaces else None
+
+
+def _fire_definitions(nodes, functions, classes, imports, use_installed, project, defs: Definitions) -> None:
+    """`fire.Fire(main)` with `def main(**kwargs)` that builds config dataclasses and hands them the
+    keywords (`train_config = TRAIN_CONFIG(); update_config(train_config, **kwargs)`, the llama-recipes
+    layout): each such variable holds its dataclass's fields, set by the launch's `--key value` words."""
+    target = None
+    for n in nodes:
+        if isinstance(n, ast.Call) and (_name(n.func) or "").split(".")[-1] == "Fire" and n.args \
+                and _qualify(_name(n.func) or "", imports) in ("fire.Fire", "fire.core.Fire") \
+                and isinstance(n.args[0], ast.Name):
+            target = n.args[0].id
+    fn = next((f for f in functions if f.name == target), None)
+    if fn is None or fn.args.kwarg is None:
+        return
+    kwargs = fn.args.kwarg.arg
+    built: dict[str, ast.AST] = {}  # variable -> the class it is built from
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+            continue
+        t, v = n.targets[0], n.value
+        pairs = list(zip(t.elts, v.elts)) if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) \
+            and len(t.elts) == len(v.elts) else [(t, v)]
+        for tt, vv in pairs:
+            if isinstance(tt, ast.Name) and isinstance(vv, ast.Call) and not vv.args and not vv.keywords:
+                built[tt.id] = vv.func
+    handed: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kwargs
+                                           for k in n.keywords):
+            for a in n.args:
+                for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a]):
+                    if isinstance(e, ast.Name) and e.id in built:
+                        handed.add(e.id)
+    for var in sorted(handed):
+        g = _dataclass_group(built[var], classes, imports, use_installed, project)
+        if g is not None and g.fields:
+            defs.groups.append(g)
+            defs.namespaces[var] = g
+    defs.fire = bool(defs.namespaces)
+
+
+def fire_value(text: str) -> Any:
+    """A command-line word as fire (0.7, parser.DefaultParseValue) reads it: a Python literal, with bare
+    names taken as strings (`false` is the string "false", only `False` is False), else the text itself."""
+    try:
+        root = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return text
+    if isinstance(root.body, ast.BinOp):
+        return text
+
+    class _Bare(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return node if node.id in ("True", "False", "None") else ast.copy_location(ast.Constant(node.id), node)
+
+    try:
+        return ast.literal_eval(_Bare().visit(root))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return text
 
 
 def _first_name(t: ast.AST) -> Optional[str]:
@@ -339,7 +406,7 @@ def _argparse_field(call: ast.Call) -> Optional[Field]:
     return f
 
 
-def _dataclass_group(node: ast.AST, classes, imports, use_installed: bool) -> Optional[Group]:
+def _dataclass_group(node: ast.AST, classes, imports, use_installed: bool, project=None) -> Optional[Group]:
     name = _name(node)
     if name is None:
         return None
@@ -348,6 +415,18 @@ def _dataclass_group(node: ast.AST, classes, imports, use_installed: bool) -> Op
         g = Group(name, fields)
         g.training = _is_training(classes[name], classes, imports)
         return g
+    head, _, rest = name.partition(".")
+    raw = imports.get(head, head) + (f".{rest}" if rest else "")
+    if project is not None and "." in raw and raw.split(".")[0] not in _LIBRARY_PACKAGES:
+        # A dataclass of the project's own modules: its fields as that file defines them.
+        found = _project_class(raw.rpartition(".")[0], 0, raw.rpartition(".")[2], project[1], project[0])
+        if found is not None:
+            cls, tree = found
+            nodes = list(ast.walk(tree))
+            mod_classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+            mod_imports = _imports(nodes)
+            fields = _class_fields(cls, mod_classes, mod_imports, use_installed, 0, local=True, lines=False)
+            return Group(raw, fields, _is_training(cls, mod_classes, mod_imports))
     qual = _qualify(name, imports)
     fields = library_fields(qual, use_installed)
     if fields is None:
@@ -368,24 +447,68 @@ def _is_training(cls: ast.ClassDef, classes, imports, depth: int = 0) -> bool:
     return False
 
 
-def _class_fields(cls: ast.ClassDef, classes, imports, use_installed, depth, local) -> dict[str, Field]:
+def _class_fields(cls: ast.ClassDef, classes, imports, use_installed, depth, local, lines: bool = True) -> dict[str, Field]:
+    """`lines=False`: a class of another file, whose lines are not the script's."""
     out: dict[str, Field] = {}
     for b in cls.bases:
         n = _name(b)
         if n is None or depth > 4:
             continue
         if "." not in n and n in classes:
-            out.update(_class_fields(classes[n], classes, imports, use_installed, depth + 1, local))
+            out.update(_class_fields(classes[n], classes, imports, use_installed, depth + 1, local, lines))
         else:
             lib = library_fields(_qualify(n, imports), use_installed) if local else None
             if lib:
                 out.update(lib)
     for stmt in cls.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            f = _dataclass_field(stmt, local)
+            f = _dataclass_field(stmt, local and lines)
             if f is not None:
                 out[f.name] = f
     return out
+
+
+# Packages whose dataclasses are read from the installed library (or the table), never from the project.
+_LIBRARY_PACKAGES = frozenset({"transformers", "trl", "peft", "accelerate", "torch", "datasets"})
+_TREES: dict[tuple, Optional[ast.Module]] = {}
+
+
+def _module_tree(path: Path) -> Optional[ast.Module]:
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+    if key not in _TREES:
+        try:
+            _TREES[key] = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            _TREES[key] = None
+    return _TREES[key]
+
+
+def _project_class(module: str, level: int, name: str, importer: Path, find_module,
+                   depth: int = 0) -> Optional[tuple[ast.ClassDef, ast.Module]]:
+    """The class `name` of the project module `module` (following re-exports such as a package
+    `__init__.py`'s `from .configs import ModelArguments`); None when it is not the project's."""
+    if depth > 3:
+        return None
+    try:
+        f = find_module(importer, module, level)
+    except (OSError, ValueError):
+        return None
+    tree = _module_tree(f) if f is not None else None
+    if tree is None:
+        return None
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef) and n.name == name:
+            return n, tree
+    for n in tree.body:
+        if isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                if (a.asname or a.name) == name:
+                    return _project_class(n.module or "", n.level, a.name, f, find_module, depth + 1)
+    return None
 
 
 def _annotation_kind(node: ast.AST) -> str:
@@ -575,7 +698,10 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
             recipe = _word(defs.recipe)
         if recipe is not None:
             _apply_recipe(defs, values, recipe, base_dirs, env)
-        _apply_words(defs, values, words, launch)
+        if defs.fire:
+            _apply_fire_words(defs, values, words, launch)
+        else:
+            _apply_words(defs, values, words, launch)
         if launch.open_args:
             for g in defs.groups:
                 for name, v in values[id(g)].items():
@@ -680,6 +806,51 @@ def _apply_words(defs, values, words, launch) -> None:
             else:
                 slot[f.name] = ArgValue((UNKNOWN,), origin)
         k += 1
+
+
+def _apply_fire_words(defs, values, words, launch) -> None:
+    """fire's keyword parsing (core._ParseKeywordArgs): `--key=value`; `--key value`; a bare `--key` (the
+    last word, or followed by another flag) is True, `--nokey` then False. Every config that has the
+    field receives it (the kwargs go to each of them)."""
+    def is_flag(w) -> bool:
+        return w.text.startswith("-") and not _is_number(w.text)
+
+    k = 0
+    while k < len(words):
+        w = words[k]
+        if w.splat or not is_flag(w):
+            k += 1
+            continue
+        body = w.text.lstrip("-")
+        inline = "=" in body
+        key, value = body.split("=", 1) if inline else (body, None)
+        key = key.replace("-", "_")
+        bare = not inline and (k + 1 == len(words) or is_flag(words[k + 1]) or words[k + 1].splat)
+        unknown = w.unknown
+        if bare:
+            if not any(key in values[id(g)] for g in defs.groups) and key.startswith("no"):
+                key, parsed = key[2:], False
+            else:
+                parsed = True
+            k += 1
+        elif inline:
+            parsed = fire_value(value)
+            k += 1
+        else:
+            nxt = words[k + 1]
+            parsed, unknown = fire_value(nxt.text), unknown or nxt.unknown
+            k += 2
+        for g in defs.groups:
+            if key in values[id(g)]:
+                values[id(g)][key] = ArgValue((UNKNOWN if unknown else parsed,), Origin(launch.file, w.line, "launch"))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def resolve_file(name: str, base_dirs: tuple) -> Optional[Path]:

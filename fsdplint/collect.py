@@ -659,4 +659,21 @@ def collect(module: cst.Module) -> Collector:
             qual = r.qualify_star(func.value, _ALL_QUALIFIED)
         call.qualname = qual
         call.api = api_of(qual)
+        if call.api is None and call.func == "dict" and qual in (None, "dict", "builtins.dict"):
+            lazy = _lazy_type(call.node, r)
+            if lazy is not None:
+                call.qualname, call.api = lazy
     return c
+
+
+def _lazy_type(node: cst.Call, r) -> Optional[tuple[str, str]]:
+    """A lazy call of an mmengine-style config (`dict(type=BitsAndBytesConfig, load_in_4bit=True)`, which the
+    registry builds as `BitsAndBytesConfig(load_in_4bit=True)`): (qualified name, api) of its `type`."""
+    if any(a.keyword is None for a in node.args):
+        return None
+    t = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "type"), None)
+    if not isinstance(t, (cst.Name, cst.Attribute)):
+        return None
+    qual = r.qualify(t)
+    api = api_of(qual)
+    return (qual, api) if api is not None else None

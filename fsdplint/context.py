@@ -88,12 +88,14 @@ class LintContext:
         run = self.options.get("run")
         launch = run.launch if run is not None else None
         env, dirs = None, ()
-        if "add_argument" in self.source or "Parser" in self.source:
+        if "add_argument" in self.source or "Parser" in self.source or "Fire(" in self.source:
             from fsdplint import arguments
             from fsdplint.runs import base_dirs
 
             try:
-                defs = arguments.parse_definitions(self.source, self._use_installed)
+                finder = self.project.find_module if self.project is not None and self.path is not None else None
+                defs = arguments.parse_definitions(self.source, self._use_installed, finder,
+                                                   self.path.resolve() if finder is not None else None)
                 if defs is not None:
                     dirs = base_dirs(run, self.path)
                     env = arguments.bind(defs, launch, dirs)

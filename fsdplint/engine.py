@@ -233,7 +233,8 @@ def lint_text(
     if ctx.reports:
         pos = ctx.positions
         seen = set()
-        notes = branch_notes(ctx) if settings.options.get("run") is not None or "add_argument" in text or "Parser" in text else None
+        notes = branch_notes(ctx) if settings.options.get("run") is not None or "add_argument" in text or "Parser" in text \
+            or "Fire(" in text else None
         from fsdplint.analysis.index import locate
 
         a = ctx.analysis
@@ -294,7 +295,7 @@ def _project(settings: Settings, path: Optional[Path]):
     from fsdplint.analysis.index import project_for
 
     try:
-        return project_for(path, settings.cache_dir, settings.use_cache)
+        return project_for(path, settings.cache_dir, settings.use_cache, settings.options.get("project_root"))
     except OSError:
         return None
 

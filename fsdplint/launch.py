@@ -217,10 +217,40 @@ def with_environ(facts: LaunchFacts, env: LaunchFacts) -> LaunchFacts:
     return _finished(facts, True)
 
 
+# mmengine registry names that wrap the model in torch's FSDP1 (mmengine 0.10: model/wrappers/
+# fully_sharded_distributed.py `class MMFullyShardedDataParallel(FullyShardedDataParallel)`;
+# _strategy/fsdp.py `FSDPStrategy`, whose model_wrapper defaults to MMFullyShardedDataParallel).
+MMENGINE_FSDP1_TYPES = frozenset({"MMFullyShardedDataParallel", "FSDPStrategy"})
+
+
+def _mmengine_fsdp(analysis) -> list:
+    """`dict(type="FSDPStrategy", ...)` / `dict(type="MMFullyShardedDataParallel", ...)` in a config file."""
+    import libcst as cst
+
+    out = []
+    for call in analysis.c.calls:
+        if call.func != "dict":
+            continue
+        t = call.kw("type")
+        name = None
+        if isinstance(t, cst.SimpleString):
+            name = t.evaluated_value
+        elif isinstance(t, (cst.Name, cst.Attribute)):
+            q = analysis.resolver.qualify(t) or ""
+            name = q.rsplit(".", 1)[-1] if q.startswith("mmengine.") else None
+        if isinstance(name, str) and name in MMENGINE_FSDP1_TYPES:
+            out.append(call)
+    return out
+
+
 def from_script(analysis) -> Optional[LaunchFacts]:
-    """FSDP settings from TrainingArguments/SFTConfig/... and FullyShardedDataParallelPlugin calls."""
+    """FSDP settings from TrainingArguments/SFTConfig/... and FullyShardedDataParallelPlugin calls, and
+    the FSDP wrapper or strategy of an mmengine config."""
     facts = LaunchFacts()
     found = False
+    for call in _mmengine_fsdp(analysis):
+        found = True
+        facts.fsdp_version = 1
     for call in analysis.calls("TrainingArguments"):
         found = True
         for kw in _TRAINING_KWARGS:

@@ -217,7 +217,12 @@ def project_dirs(directory: Path) -> tuple[Path, ...]:
                 return ()
             break
     else:
-        return (directory,)  # no project root above: only what sits next to the file
+        # No project root above: the nearest directory declaring requirements ends the project
+        # (a checkout copied without `.git`: `examples/x/run.sh` below the top's requirements.txt).
+        for k, d in enumerate(out[:8]):
+            if any(d.glob("requirements*.txt")) or (d / "requirements").is_dir():
+                return tuple(out[:k + 1])
+        return (directory,)  # only what sits next to the file
     return tuple(out)
 
 

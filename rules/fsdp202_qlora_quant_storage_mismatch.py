@@ -2,6 +2,7 @@ import libcst as cst
 
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN, QName
+from fsdplint.resolve import dotted
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
 from fsdplint.rule import Invalid, Rule, Valid
@@ -24,8 +25,10 @@ class QloraQuantStorageMismatch(Rule):
     Computes the FSDP1 flat parameters of a 4-bit model with the dtype the loaded weights will have
     (`bnb_4bit_quant_storage`, uint8 by default) and runs FSDP1's own flattening checks on each unit.
     In scripts, finds `BitsAndBytesConfig(load_in_4bit=True)` under FSDP1 (`FullyShardedDataParallel`,
-    or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, or with one that differs
-    from the `dtype=`/`torch_dtype=` the model is loaded with. In axolotl and LLaMA-Factory configs, finds
+    or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, with an integer one (such as
+    a parsed argument whose default is "uint8"), or with one that differs from the `dtype=`/`torch_dtype=`
+    the model is loaded with. mmengine-style configs count too: `dict(type=BitsAndBytesConfig, ...)` is the
+    call the registry makes, and `FSDPStrategy` / `MMFullyShardedDataParallel` wrap with FSDP1. In axolotl and LLaMA-Factory configs, finds
     a 4-bit base under FSDP1 that the tool loads without a float storage: axolotl's `adapter: lora` with
     `load_in_4bit` (before v0.13.0; axolotl sets the storage only for `adapter: qlora`), LLaMA-Factory
     with a transformers < 4.39 or bitsandbytes < 0.43 that drops its `bnb_4bit_quant_storage`.
@@ -138,8 +141,62 @@ class QloraQuantStorageMismatch(Rule):
         model = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
         model = FSDP(model)
         """,
+        # An mmengine-style config whose 4-bit storage matches the load dtype: built as written, it flattens.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        llm = dict(
+            type=AutoModelForCausalLM.from_pretrained,
+            pretrained_model_name_or_path="m",
+            torch_dtype=torch.bfloat16,
+            quantization_config=dict(type=BitsAndBytesConfig, load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16),
+        )
+        strategy = dict(type="FSDPStrategy", model_wrapper=dict(use_orig_params=True))
+        """,
+        # The same config trained with DeepSpeed: no FSDP, the uint8 default is fine.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        llm = dict(
+            type=AutoModelForCausalLM.from_pretrained,
+            pretrained_model_name_or_path="m",
+            quantization_config=dict(type=BitsAndBytesConfig, load_in_4bit=True),
+        )
+        strategy = dict(type="DeepSpeedStrategy", config=dict(zero_optimization=dict(stage=2)))
+        """,
     ]
     INVALID = [
+        # An integer storage cannot be flattened whatever the model is loaded as (here: not stated).
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.uint8)
+            model = FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=q))
+            """,
+            line=5,
+        ),
+        # An mmengine-style config (xtuner): the registry builds each `dict(type=...)`, and FSDPStrategy wraps
+        # the model in FSDP1 (MMFullyShardedDataParallel).
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            llm = dict(
+                type=AutoModelForCausalLM.from_pretrained,
+                pretrained_model_name_or_path="m",
+                torch_dtype=torch.bfloat16,
+                quantization_config=dict(type=BitsAndBytesConfig, load_in_4bit=True, bnb_4bit_quant_type="nf4"),
+            )
+            strategy = dict(type="FSDPStrategy", model_wrapper=dict(use_orig_params=True))
+            """,
+            line=8,
+        ),
         # ... and FSDP1 before 5.10.
         Invalid(
             """
@@ -272,6 +329,20 @@ class QloraQuantStorageMismatch(Rule):
                 ctx.report(bnb.node, msg, fix=fix)
                 continue
             storage_name = _dtype(a, storage, bnb)
+            if storage_name in _INTEGER_DTYPES:
+                # An integer storage fails whatever the load dtype (given as a value, or a parsed
+                # argument's value such as a dataclass default of "uint8").
+                where = _argument_origin(a, storage)
+                fix = None if where else _fix(ctx, a, bnb, dtype, load, dtype_name, replace=True)
+                ctx.report(
+                    bnb.kwarg("bnb_4bit_quant_storage") or bnb.node,
+                    f"bnb_4bit_quant_storage is {storage_name}{where} under FSDP1: FSDP1 cannot flatten integer "
+                    f"tensors (ValueError: Cannot flatten integer dtype tensors). Set it to the dtype the model is "
+                    f"loaded with" + (f" ({dtype_name})" if dtype_name else "")
+                    + (" where that argument is given (the launch line or the recipe)." if where else "."),
+                    fix=fix,
+                )
+                continue
             if storage_name is None or dtype_name is None:
                 # Unknown values: still equal when both sides are the same variable.
                 continue
@@ -322,6 +393,19 @@ class QloraQuantStorageMismatch(Rule):
 
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
                   "float16": "float16", "float32": "float32", "float64": "float64", "uint8": "uint8", "int8": "int8"}
+
+
+_INTEGER_DTYPES = frozenset({"uint8", "int8"})
+
+
+def _argument_origin(a, expr) -> str:
+    """' (model_args.bnb_4bit_quant_storage: its default)' when the value is a parsed argument's."""
+    env = getattr(a, "env", None)
+    d = dotted(expr) if isinstance(expr, (cst.Attribute, cst.Name)) else None
+    hit = env.lookup(d) if env is not None and d else None
+    if hit is None or hit.origin is None:
+        return ""
+    return f" ({d}: {hit.origin.describe()})"
 
 
 def _resolved(a, call, name):

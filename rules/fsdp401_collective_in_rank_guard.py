@@ -71,6 +71,24 @@ class CollectiveInRankGuard(Rule):
     references = ("pytorch#122903", "pytorch#143536", "accelerate#2000")
 
     VALID = [
+        # After training under an FSDP1 launch, rank 0 loads the base and adapter again and merges: that copy
+        # was never sharded, so saving it alone gathers nothing (FSDP403 speaks of the others waiting).
+        Valid(
+            """
+            from peft import AutoPeftModelForCausalLM
+            from transformers import AutoModelForCausalLM, Trainer
+
+            model = AutoModelForCausalLM.from_pretrained("m")
+            trainer = Trainer(model=model, args=training_args, peft_config=peft_config)
+            trainer.train()
+            trainer.save_model()
+            if trainer.accelerator.is_main_process:
+                model = AutoPeftModelForCausalLM.from_pretrained(training_args.output_dir)
+                model = model.merge_and_unload()
+                model.save_pretrained("merged")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
         # All ranks gather, rank 0 writes.
         """
         import torch.distributed as dist

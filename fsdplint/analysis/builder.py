@@ -148,6 +148,13 @@ class Builder(Classes, Linking):
             items = [i for i in items if id(i) not in self._dead]
         if flags:  # code this call site's constant arguments rule out (`setup(cfg, apply_fsdp=False)`)
             items = [i for i in items if not any(_flag_dead(g, flags) for g in i.guards)]
+        if origin is not None and self.env is not None:
+            # Another module's function, run with the parsed arguments passed on (`get_config(model_args)`):
+            # its branches on them are decided by the same values.
+            dead = [i for i in items if i.guards and self.dead(i)]
+            if dead:
+                self._dead.update(id(i) for i in dead)
+                items = [i for i in items if id(i) not in self._dead]
         steps: list[Step] = []
         for item in items:
             step = Step(item, prefix, mapping, origin=origin, site=site)

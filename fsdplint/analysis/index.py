@@ -490,13 +490,19 @@ _PROJECTS: dict[tuple, Project] = {}
 _ROOTS: dict[Path, Optional[Path]] = {}
 
 
-def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True) -> Optional[Project]:
-    """The project `path` belongs to (None outside any project or for stdin without a file name)."""
+def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True,
+                linted_dir: Optional[str] = None) -> Optional[Project]:
+    """The project `path` belongs to (None outside any project or for stdin without a file name).
+    Without a project marker above the file, the directory given on the command line (`fsdplint .`)
+    is the project when the file lies inside it: a checkout copied without its `.git` is still one job."""
     if path is None:
         return None
     try:
         d = path.parent.resolve()
         root = _ROOTS[d] if d in _ROOTS else _ROOTS.setdefault(d, find_root(path))
+        if root is None and linted_dir is not None:
+            base = Path(linted_dir).resolve()
+            root = base if d == base or base in d.parents else None
     except OSError:
         return None
     if root is None:

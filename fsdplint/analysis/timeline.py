@@ -115,7 +115,8 @@ class Timeline:
             call = step.call
             while call is not None and step.call.targets:
                 if call.api == "load_model" or (call.api is None and call.method in MODEL_LOADER_METHODS) or (
-                        call.api == "PeftModel_from_pretrained" and "AutoPeftModel" in (call.qualname or "")):
+                        call.api == "PeftModel_from_pretrained" and "AutoPeftModel" in (call.qualname or "")) \
+                        or (call.qualname or "").startswith("peft.AutoPeftModel"):
                     # (`AutoPeftModelForCausalLM.from_pretrained(dir)` loads the base and the adapter anew;
                     # `PeftModel.from_pretrained(model, dir)` wraps an object the script already holds.)
                     out.append(step)

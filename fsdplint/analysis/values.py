@@ -355,34 +355,18 @@ class Values:
                 return True
         return False
 
-    @cached_property
+    @property
     def _assign_guards(self) -> dict:
-        """id(assigned value) -> the (If, branch) pairs around its assignment, innermost last."""
-        out: dict = {}
-
-        def walk(body, stack):
-            for stmt in body:
-                if isinstance(stmt, cst.SimpleStatementLine):
-                    for small in stmt.body:
-                        if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                            out[id(small.value)] = tuple(stack)
-                elif isinstance(stmt, cst.If):
-                    walk(stmt.body.body, stack + [(stmt, "body")])
-                    orelse = stmt.orelse
-                    if isinstance(orelse, cst.If):
-                        walk([orelse], stack + [(stmt, "orelse")])
-                    elif isinstance(orelse, cst.Else):
-                        walk(orelse.body.body, stack + [(stmt, "orelse")])
-                elif isinstance(stmt, (cst.For, cst.While)):
-                    walk(stmt.body.body, stack + [(stmt, "loop")])
-                elif isinstance(stmt, (cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)):
-                    inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []
-                    walk(inner, [] if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else stack)
-                    if isinstance(stmt, cst.Try):
-                        for h in stmt.handlers:
-                            walk(h.body.body if isinstance(h.body, cst.IndentedBlock) else [], stack)
-
-        walk(self.module.body, [])
+        """id(assigned value) -> the (If, branch) pairs around its assignment, innermost last; for this file
+        and the project's other modules its programs run (read as they are reached)."""
+        cache = self.__dict__.get("_assign_guards_cache")
+        if cache is None:
+            cache = self.__dict__["_assign_guards_cache"] = ({}, set())
+        out, walked = cache
+        for m in (self.module, *(fm.module for fm in getattr(self, "_foreign_mods", ()))):
+            if id(m) not in walked:
+                walked.add(id(m))
+                _guards_of_assignments(m, out)
         return out
 
     def _live_assignments(self, vals: list) -> list:
@@ -618,3 +602,31 @@ def _single(values: frozenset) -> Any:
         (v,) = values
         return v
     return UNKNOWN
+
+
+def _guards_of_assignments(module: cst.Module, out: dict) -> None:
+    """id(assigned value) -> the (If, branch) pairs around its assignment, for one module."""
+
+    def walk(body, stack):
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                        out[id(small.value)] = tuple(stack)
+            elif isinstance(stmt, cst.If):
+                walk(stmt.body.body, stack + [(stmt, "body")])
+                orelse = stmt.orelse
+                if isinstance(orelse, cst.If):
+                    walk([orelse], stack + [(stmt, "orelse")])
+                elif isinstance(orelse, cst.Else):
+                    walk(orelse.body.body, stack + [(stmt, "orelse")])
+            elif isinstance(stmt, (cst.For, cst.While)):
+                walk(stmt.body.body, stack + [(stmt, "loop")])
+            elif isinstance(stmt, (cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)):
+                inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []
+                walk(inner, [] if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else stack)
+                if isinstance(stmt, cst.Try):
+                    for h in stmt.handlers:
+                        walk(h.body.body if isinstance(h.body, cst.IndentedBlock) else [], stack)
+
+    walk(module.body, [])

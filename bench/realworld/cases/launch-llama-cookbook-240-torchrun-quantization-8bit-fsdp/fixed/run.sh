@@ -5,6 +5,5 @@ torchrun --nnodes 1 --nproc_per_node 4 llama_finetuning.py \
     --use_peft \
     --peft_method lora \
     --model_name codellama/CodeLlama-7b-hf \
-    --quantization false \
     --pure_bf16 \
     --output_dir ./peft_out
