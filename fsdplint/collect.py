@@ -446,7 +446,8 @@ class Collector(cst.CSTVisitor):
         stmt = self._stmt[-1] if self._stmt else None
         if isinstance(target, cst.Name):
             scope.assigns.setdefault(target.value, []).append((self._seq, value))
-            if isinstance(value, (cst.Name, cst.Attribute)):
+            if isinstance(value, (cst.Name, cst.Attribute, cst.IfExp)):
+                # (`m = accelerator.unwrap_model(model) if accelerator else model`: the same object either way)
                 scope.aliases.append(
                     AttrSet(target.value, None, value, self._next(), stmt, scope, tuple(self._guards), tuple(self._loops)))
             if len(self._scope_stack) == 1 and isinstance(value, (cst.Attribute, cst.Name)):

@@ -130,7 +130,79 @@ class CollectiveInRankGuard(Rule):
             model.generation_config.save_pretrained("out")
         """,
     ]
+    VALID += [
+        # FSDP1 context on a model accelerate prepared: every rank gathers, the main process writes.
+        """
+        import torch
+        from accelerate import Accelerator
+        from peft import get_peft_model_state_dict
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+        class Runner:
+            def __init__(self, net, opt):
+                self.accelerator = Accelerator()
+                self.net, self.opt = self.accelerator.prepare(net, opt)
+
+            def export_adapter(self, path):
+                inner = self.accelerator.unwrap_model(self.net)
+                cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+                with FSDP.state_dict_type(inner, StateDictType.FULL_STATE_DICT, cfg):
+                    weights = get_peft_model_state_dict(inner)
+                if self.accelerator.is_main_process:
+                    torch.save(weights, path)
+        """,
+    ]
     INVALID = [
+        # The trainer's own `is_main` property guards a helper method that gathers inside FSDP1's
+        # FULL_STATE_DICT context (the model was wrapped by accelerate.prepare, not in this file).
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from peft import get_peft_model_state_dict
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+            class Runner:
+                def __init__(self, net, opt):
+                    self.accelerator = Accelerator()
+                    self.net, self.opt = self.accelerator.prepare(net, opt)
+
+                @property
+                def is_main(self):
+                    return self.accelerator.is_main_process
+
+                def _export_adapter(self, path):
+                    inner = self.accelerator.unwrap_model(self.net) if self.accelerator else self.net
+                    ctx = FSDP.state_dict_type(inner, StateDictType.FULL_STATE_DICT,
+                                               FullStateDictConfig(offload_to_cpu=True, rank0_only=True))
+                    with torch.no_grad(), ctx:
+                        weights = get_peft_model_state_dict(inner)
+                    torch.save(weights, path)
+
+                def checkpoint(self, step):
+                    if self.is_main:
+                        self._export_adapter(f"adapter-{step}.pt")
+            """,
+            line=20,
+        ),
+        # TrainingArguments built from a `**kwargs` dict filled key by key: FSDP is on all the same.
+        Invalid(
+            """
+            from transformers import Trainer, TrainingArguments
+
+            def run(model, data, distributed, rank):
+                extra = {}
+                if distributed:
+                    extra["fsdp"] = "full_shard auto_wrap"
+                    extra["fsdp_config"] = {"use_orig_params": True}
+                args = TrainingArguments(output_dir="out", bf16=True, **extra)
+                trainer = Trainer(model=model, args=args, train_dataset=data)
+                trainer.train()
+                if rank == 0:
+                    trainer.save_model()
+            """,
+            line=12,
+        ),
         Invalid(
             """
             import torch.distributed as dist
@@ -260,6 +332,10 @@ def _collective(a, t, ev, launch):
         return label
     if state is None and launch == 1 and _launch_wrapped(a, t, ev):
         return label
+    if state is None and ev.entity and a.full_state_dict_context(ev.step, ev.entity, t) is not None:
+        # Wrapped elsewhere (accelerate, the Trainer), but the code itself says FSDP1: the gather of the
+        # FULL_STATE_DICT context it runs in.
+        return f"{label} inside FSDP.state_dict_type(FULL_STATE_DICT)"
     return None
 
 

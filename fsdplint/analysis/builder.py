@@ -286,7 +286,7 @@ class Builder(Classes, Linking):
             return
         if "." not in a.target:
             # `net = model`: a second name for the same object (LoRA injected through it is the model's).
-            r = self.ref(a.value, step)
+            r = self._same_either_way(t, a.value, step) if isinstance(a.value, cst.IfExp) else self.ref(a.value, step)
             if r is not None and not r.child and a.value is not None:
                 t.uf.union(step.key(a.target), r.key)
             return
@@ -308,6 +308,14 @@ class Builder(Classes, Linking):
             r = self.ref(a.value, step)
             if r is not None and r.child:
                 self._derived[self._target_key(step, a.target)] = r.key
+
+    def _same_either_way(self, t: Timeline, value: cst.IfExp, step: Step) -> Optional[Ref]:
+        """`a if c else b` where both branches name the same model (`accelerator.unwrap_model(m) if c else m`):
+        that model; None when the branches may hold different objects."""
+        body, orelse = self.ref(value.body, step), self.ref(value.orelse, step)
+        if body is None or orelse is None or body.child or orelse.child or t.find(body.key) != t.find(orelse.key):
+            return None
+        return body
 
     def _loop_model(self, step: Step, it: cst.BaseExpression) -> Optional[Ref]:
         """`model.parameters()` / `model.named_parameters()` / `model.modules()` → the model."""
