@@ -1,3 +1,5 @@
+import re
+
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, remove_keyword, unsafe
 from fsdplint.resolve import dotted
@@ -126,8 +128,38 @@ class DeviceMapWithFsdp(Rule):
         model = AutoModelForCausalLM.from_pretrained(name, device_map=None if distributed else "auto")
         fully_shard(model)
         """,
+        # The dispatching map is chosen only for single-process runs: a launch condition, not reported.
+        """
+        import os
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        placement = None
+        if int(os.environ.get("WORLD_SIZE", 1)) == 1:
+            placement = "auto"
+        model = AutoModelForCausalLM.from_pretrained(name, device_map=placement)
+        Trainer(model=model, args=TrainingArguments("out", fsdp="full_shard auto_wrap")).train()
+        """,
     ]
     INVALID = [
+        # The map is set on a quantization path of a helper: under FSDP that path fails.
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            def build(opts):
+                placement, quant = None, None
+                if opts.low_memory:
+                    quant = BitsAndBytesConfig(load_in_4bit=True)
+                    placement = "auto"
+                model = AutoModelForCausalLM.from_pretrained(opts.base, quantization_config=quant, device_map=placement)
+                return model
+
+            def main(opts):
+                model = build(opts)
+                targs = TrainingArguments("out", fsdp="full_shard auto_wrap")
+                Trainer(model=model, args=targs).train()
+            """,
+            line=8,
+        ),
         Invalid(
             """
             import torch
@@ -215,14 +247,46 @@ class DeviceMapWithFsdp(Rule):
                 if arg is None:
                     continue
                 value = a.value(arg.value, call.scope)
+                when = ""
                 if not _dispatches(value):
-                    continue
+                    # `device_map = None` / `if args.load_in_4bit: device_map = "auto"`: on that path.
+                    when, value = _dispatching_path(a, arg.value, call.scope)
+                    if when is None:
+                        continue
                 via = _fsdp_source(a, call)
                 if via is None or not _is_trained(a, t, ev):
                     continue
                 text = remove_keyword(call.node, "device_map")
                 fix = unsafe("Remove device_map", Replace(call.node, text)) if text else None
-                ctx.report(call.node, self.message.format(value=value, via=via), fix=fix)
+                message = self.message.format(value=value, via=via)
+                if when:
+                    message = message.replace(" dispatches the model", f" ({when}) dispatches the model", 1)
+                ctx.report(call.node, message, fix=fix if not when else None)
+
+
+# A condition on these is how scripts pick a device map per launch mode (`"auto" if world_size == 1 else
+# None`): correlated with FSDP being off, so a dispatch on that path is not reported.
+_LAUNCH_WORDS = re.compile(r"(?i)rank|world|distributed|ddp|fsdp|deepspeed|zero|process|parallel|accelerat|"
+                           r"device|cuda|gpu|nproc|single|multi|is_main|local|launch|shard|torchrun|slurm|env")
+
+
+def _dispatching_path(a, expr, scope):
+    """(the condition text, the dispatching value) when `expr` holds a dispatching device_map only on
+    some paths whose tests do not concern the launch (a quantization flag, a model-size switch); else
+    (None, None)."""
+    conds = a.value_conditions(expr, scope, _dispatches)
+    if not conds:
+        return None, None
+    parts = []
+    for test, holds in conds:
+        text = " ".join(a.code(test).split())
+        if _LAUNCH_WORDS.search(text):
+            return None, None
+        parts.append(text if holds else f"not ({text})")
+    values = [v for v in a.values(expr, scope) if _dispatches(v)]
+    if not values:
+        return None, None
+    return "when " + " and ".join(parts), values[0]
 
 
 def _dispatches(value) -> bool:

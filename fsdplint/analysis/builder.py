@@ -35,6 +35,22 @@ MODEL_METHODS = {
     "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
 }
 
+def _hook_model(expr: cst.BaseExpression, mapping: dict) -> Optional[str]:
+    """`kwargs["model"]` / `kwargs.get("model")` in a hook whose `**kwargs` carry the trainer's model
+    (`Classes._hook_params`): the key of that model."""
+    name = key = None
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1:
+        sl = expr.slice[0].slice
+        if isinstance(sl, cst.Index) and isinstance(sl.value, cst.SimpleString):
+            name, key = expr.value.value, sl.value.evaluated_value
+    elif (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "get"
+          and isinstance(expr.func.value, cst.Name) and expr.args and isinstance(expr.args[0].value, cst.SimpleString)):
+        name, key = expr.func.value.value, expr.args[0].value.evaluated_value
+    if name is None or key != "model":
+        return None
+    return mapping.get(f"**{name}")
+
+
 class Builder(Classes, Linking):
     """Mixin of `ScriptAnalysis`: turns the collector's records into timelines of events."""
 
@@ -42,6 +58,9 @@ class Builder(Classes, Linking):
     def ref(self, expr: Optional[cst.BaseExpression], step: Step, _depth: int = 0) -> Optional[Ref]:
         if expr is None:
             return None
+        hook = _hook_model(expr, step.mapping)
+        if hook is not None:
+            return Ref(step.key(hook), False, ("model",))
         child = False
         while True:
             if isinstance(expr, cst.Subscript):
