@@ -23,10 +23,12 @@ _RANK = r"""\w*(?i:rank)\w*(?:\(\))?["'\]\)]*"""
 _RANK0 = (
     rf"(\b{_RANK}\s*(==|<=|<)\s*[01]\b)|(\b0\s*==\s*{_RANK})|(\b{_RANK}\s+in\s*[\[(]\s*-?[01]\s*,\s*-?[01]\s*[\])])|"
     r"^\s*not\s+[\w.]*(?i:rank)\w*(\(\))?\s*$|is_main_process|is_local_main_process|"
-    r"is_world_process_zero|process_index\s*==\s*0|is_master|master_process|rank_zero|is_rank_?0|\brank0\b"
+    r"is_world_process_zero|process_index\s*==\s*0|is_master|master_process|rank_zero|is_rank_?0|\brank0\b|"
+    # `self.is_main` / `is_main_rank()` whose definition the file does not show (a base class elsewhere)
+    r"\bis_main(_rank)?\b"
 )
 _NOT_RANK0 = (
-    rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)"
+    rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master|is_main\b)"
 )
 _VERSION = r"(?i)version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature|find_spec"
 _CALLED_HELPER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(\s*\)")

@@ -152,7 +152,53 @@ class CollectiveInRankGuard(Rule):
                     torch.save(weights, path)
         """,
     ]
+    VALID += [
+        # The rank-0 save runs only when FSDP is off; under FSDP every rank saves.
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            if accelerator.distributed_type != DistributedType.FSDP:
+                if accelerator.is_main_process:
+                    accelerator.save_state("ckpt")
+            else:
+                accelerator.save_state("ckpt")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
+    ]
     INVALID = [
+        # `is_main` comes from a base class defined elsewhere: the name says what it guards.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from .base import BaseRunner
+
+            class Runner(BaseRunner):
+                def __init__(self, net, policy):
+                    self.net = FSDP(net, auto_wrap_policy=policy)
+
+                def checkpoint(self, path):
+                    if self.is_main:
+                        torch.save(self.net.state_dict(), path)
+            """,
+            line=11,
+        ),
+        # No launch config, but the branch itself runs only under FSDP.
+        Invalid(
+            """
+            from accelerate import Accelerator
+            from accelerate.utils import DistributedType
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            if accelerator.distributed_type == DistributedType.FSDP:
+                if accelerator.is_main_process:
+                    weights = accelerator.get_state_dict(model)
+            """,
+            line=7,
+        ),
         # The trainer's own `is_main` property guards a helper method that gathers inside FSDP1's
         # FULL_STATE_DICT context (the model was wrapped by accelerate.prepare, not in this file).
         Invalid(
@@ -288,8 +334,8 @@ class CollectiveInRankGuard(Rule):
                 if ev.kind not in ("state_dict", "save") or (ev.kind == "save" and saves_no_weights(a, ev)):
                     continue  # (a config's or tokenizer's save_pretrained writes a small file: no collective)
                 guard = a.rank_guard(ev.step)
-                if guard is None:
-                    continue
+                if guard is None or a.fsdp_branch(ev.step) is False:
+                    continue  # (in a branch that runs only without FSDP: nothing is sharded there)
                 what = _collective(a, t, ev, launch) or _gathering_save(ctx, a, t, ev, launch)
                 if what is None:
                     continue
@@ -309,7 +355,8 @@ def _collective(a, t, ev, launch):
         return None
     api = ev.data.get("api")
     if api in _ACCELERATE or api == "trainer.save_model":
-        return f"{api}()" if launch is not None else None
+        # FSDP from the launch, or in a branch that runs only when it is on (`if trainer.is_fsdp_enabled:`).
+        return f"{api}()" if launch is not None or a.fsdp_branch(ev.step) else None
     if ev.kind == "save" and a.keyword(call, "state_dict") is not None:
         return None  # saves a dict gathered elsewhere
     state = t.wrap_state(ev.entity, ev.seq, at=ev) if ev.entity else None

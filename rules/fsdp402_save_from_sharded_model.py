@@ -235,7 +235,7 @@ class SaveFromShardedModel(Rule):
                 if ev.entity is None or (ev.ref is not None and ev.ref.child):
                     continue
                 what = self._saved(a, t, ev, launch, sharded_type)
-                if what is None:
+                if what is None or a.fsdp_branch(ev.step) is False:
                     continue
                 severity = None
                 if ev.kind == "save" and saves_no_weights(a, ev):

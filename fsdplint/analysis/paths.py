@@ -99,6 +99,21 @@ class Paths:
                 return c.scope.node
         return None
 
+    def fsdp_branch(self, step: Step) -> Optional[bool]:
+        """Whether the `if`s around this step (and around the calls it was inlined through) ask if FSDP is on:
+        True in a branch that runs only under FSDP (`if trainer.is_fsdp_enabled:`, `if accelerator.distributed_type
+        == DistributedType.FSDP:`, `if self.is_fsdp_enabled():`), False in one that runs only without it
+        (`if not ...:`, `else:`), None when no test says."""
+        for c in self.site_calls(step):
+            for g in c.guards:
+                test = getattr(g.node, "test", None)
+                if test is None or g.branch is None:
+                    continue
+                on = _fsdp_test(test, self.code)
+                if on is not None:
+                    return on if g.branch == "body" else not on
+        return None
+
     def enclosing_withs(self, step: Step) -> list[cst.BaseExpression]:
         """With-items around this step, including those around the helper calls it was inlined through."""
         return [w for c in self.site_calls(step) for w in c.withs]
@@ -140,6 +155,26 @@ class Paths:
                 if r is not None and not r.child and timeline.find(r.key) == entity:
                     return expr
         return None
+
+
+# A test whose truth is "FSDP is on": the Trainer's / a helper's flag, accelerate's distributed type, the plugin.
+_FSDP_ON = re.compile(
+    r"^(\w+\.)*is_fsdp_enabled(\(\))?$|^(\w+\.)*distributed_type==(\w+\.)*DistributedType\.FSDP$|"
+    r"^getattr\((\w+\.)*state,[\"']fsdp_plugin[\"'],None\)isnotNone$|^(\w+\.)*state\.fsdp_pluginisnotNone$")
+
+
+def _fsdp_test(test: cst.BaseExpression, code) -> Optional[bool]:
+    """True when `test` holds exactly when FSDP is on, False when exactly when it is off, else None."""
+    positive = True
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, positive = test.expression, not positive
+    text = _norm(code(test))
+    if _FSDP_ON.match(text):
+        return positive
+    off = text.replace("!=", "==", 1) if "!=DistributedType.FSDP" in text else None
+    if off is not None and _FSDP_ON.match(off):
+        return not positive
+    return None
 
 
 def _norm(text: str) -> str:
