@@ -33,8 +33,10 @@ class DeviceMapWithFsdp(Rule):
     Finds `from_pretrained(..., device_map="auto")` (or `"balanced"`, `"sequential"`, or a dict that spreads
     modules over several devices) for a model that the same script wraps with FSDP, prepares with an
     FSDP accelerate config, hands to a Trainer configured with `fsdp=`, or turns into a LoRA model there.
-    In axolotl configs, finds a dispatching `device_map:` with FSDP on (axolotl drops it under FSDP
-    from v0.12.0).
+    A `device_map` set on one path only (`device_map = None` / `if args.load_in_4bit: device_map = "auto"`)
+    is reported with that condition, unless the condition is about the launch (rank, world size,
+    distributed/FSDP mode), as in `"auto" if world_size == 1 else None`. In axolotl configs, finds a
+    dispatching `device_map:` with FSDP on (axolotl drops it under FSDP from v0.12.0).
 
     ## Why is this bad?
     `device_map="auto"` is big-model *inference* dispatch: layers are placed on different GPUs and moved

@@ -24,6 +24,10 @@ class CollectiveInRankGuard(Rule):
     `@rank_zero_only`): `model.state_dict()`, `get_peft_model_state_dict(model)` and `save_pretrained()`
     without `state_dict=` on an FSDP1 model; `get_model_state_dict(..., full_state_dict=True)`;
     `accelerator.get_state_dict` / `save_state` / `save_model` and `trainer.save_model()` under an FSDP launch.
+    A model wrapped elsewhere (by accelerate or the Trainer) counts as FSDP1 inside its own
+    `FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, ...)` context; code in a branch that runs only
+    under FSDP (`if trainer.is_fsdp_enabled:`, `if accelerator.distributed_type == DistributedType.FSDP:`)
+    counts as FSDP, and code in a branch that runs only without it is left alone.
 
     ## Why is this bad?
     Gathering a sharded state dict is a collective: every rank must take part in the all-gathers. When

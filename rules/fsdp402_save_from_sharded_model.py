@@ -19,8 +19,9 @@ class SaveFromShardedModel(Rule):
     Finds checkpoints written straight from a sharded model: `torch.save(model.state_dict())` or
     `torch.save(get_peft_model_state_dict(model))` after `fully_shard`, `save_pretrained()` without
     `state_dict=` on an FSDP2 model, on an FSDP1 model wrapped without an auto-wrap policy (outside a
-    `FULL_STATE_DICT` context), and on `accelerator.unwrap_model(model)` when accelerate shards with FSDP2
-    or with `fsdp_state_dict_type: SHARDED_STATE_DICT`.
+    `FULL_STATE_DICT` context), and on `accelerator.unwrap_model(model)` — or the Trainer's model, which
+    every `TrainerCallback` event gets as `model=` — when accelerate shards with FSDP2 or with
+    `fsdp_state_dict_type: SHARDED_STATE_DICT`.
 
     ## Why is this bad?
     A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
