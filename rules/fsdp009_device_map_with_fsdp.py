@@ -1,5 +1,6 @@
 import re
 
+from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, remove_keyword, unsafe
 from fsdplint.resolve import dotted
@@ -162,6 +163,18 @@ class DeviceMapWithFsdp(Rule):
             """,
             line=8,
         ),
+        # Through a `**kwargs` dict.
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import fully_shard
+            load_kwargs = dict(torch_dtype=torch.bfloat16, device_map="balanced")
+            model = AutoModelForCausalLM.from_pretrained(name, **load_kwargs)
+            fully_shard(model)
+            """,
+            line=5,
+        ),
         Invalid(
             """
             import torch
@@ -246,19 +259,20 @@ class DeviceMapWithFsdp(Rule):
                 if call is None or call.api not in LOADERS:
                     continue
                 arg = call.kwarg("device_map")
-                if arg is None:
+                expr = arg.value if arg is not None else a.keyword(call, "device_map")  # also `**model_kwargs`
+                if expr is None or expr is UNKNOWN:
                     continue
-                value = a.value(arg.value, call.scope)
+                value = a.value(expr, call.scope)
                 when = ""
                 if not _dispatches(value):
                     # `device_map = None` / `if args.load_in_4bit: device_map = "auto"`: on that path.
-                    when, value = _dispatching_path(a, arg.value, call.scope)
+                    when, value = _dispatching_path(a, expr, call.scope)
                     if when is None:
                         continue
                 via = _fsdp_source(a, call)
                 if via is None or not _is_trained(a, t, ev):
                     continue
-                text = remove_keyword(call.node, "device_map")
+                text = remove_keyword(call.node, "device_map") if arg is not None else None
                 fix = unsafe("Remove device_map", Replace(call.node, text)) if text else None
                 message = self.message.format(value=value, via=via)
                 if when:

@@ -180,3 +180,24 @@ def test_training_arguments_from_a_dict_filled_by_keys():
     args = TrainingArguments(output_dir="out", **load_overrides())
     """))
     assert facts.fsdp_version is None
+
+
+def test_keyword_through_dict_update():
+    src = """
+    from transformers import TrainingArguments
+    extra = {"bf16": True}
+    extra.update(fsdp="full_shard")
+    more = {}
+    more.update({"fsdp_config": {"version": 2}})
+    hidden = {}
+    hidden.update(load_overrides())
+    a1 = TrainingArguments(output_dir="a", **extra)
+    a2 = TrainingArguments(output_dir="b", **more)
+    a3 = TrainingArguments(output_dir="c", **hidden)
+    """
+    a = _analysis(src)
+    c1, c2, c3 = a.calls("TrainingArguments")
+    assert a.value(a.keyword(c1, "fsdp"), c1.scope) == "full_shard"
+    assert a.value(a.keyword(c2, "fsdp_config"), c2.scope) == {"version": 2}
+    assert a.keyword(c2, "fsdp") is None
+    assert a.keyword(c3, "fsdp") is UNKNOWN

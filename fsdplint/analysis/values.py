@@ -611,6 +611,22 @@ class Values:
                 for ds in call.scope.dict_sets + self.c.module_scope.dict_sets:
                     if ds.target == star.value and ds.key == name and ds.seq < call.seq:
                         return ds.value
+                # `kwargs.update(name=v)` / `kwargs.update({"name": v})`; an update the file does not spell out
+                # may hold it.
+                for c in call.scope.calls:
+                    if c.method != "update" or dotted(c.receiver) != star.value or c.seq >= call.seq:
+                        continue
+                    for arg in c.node.args:
+                        if arg.keyword is not None and arg.keyword.value == name:
+                            return arg.value
+                        if arg.keyword is None and isinstance(arg.value, cst.Dict) and arg.star == "":
+                            for e in arg.value.elements:
+                                if not isinstance(e, cst.DictElement) or not isinstance(e.key, cst.SimpleString):
+                                    hidden = True
+                                elif e.key.evaluated_value == name:
+                                    return e.value
+                        elif arg.keyword is None:
+                            hidden = True
         return UNKNOWN if hidden else None
 
 
