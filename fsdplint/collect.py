@@ -33,6 +33,7 @@ _NOT_RANK0 = (
 _VERSION = r"(?i)version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature|find_spec"
 _CALLED_HELPER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(\s*\)")
 _SELF_ATTR = re.compile(r"\bself\.([A-Za-z_]\w*)\b(?!\s*\()")
+_SELF_CALL = re.compile(r"\bself\.([A-Za-z_]\w*)\(\s*\)")
 # `try: ... except ImportError:` makes an import inside optional.
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"})
 
@@ -237,9 +238,15 @@ class Collector(cst.CSTVisitor):
         """The test with each plain name replaced by what it was last assigned, so
         `r = dist.get_rank()` ... `if r == 0:` reads as a rank check whatever the name; a property
         (`self.is_chief`) or a helper without arguments (`is_chief()`) reads as what it returns."""
-        if "(" in text or "self." in text:
+        for _ in range(2):  # (a property that returns another property, or a helper's rank test)
+            if "(" not in text and "self." not in text:
+                break
+            before = text
             text = _CALLED_HELPER.sub(lambda m: self._returned(self.functions.get(m.group(1))) or m.group(0), text)
+            text = _SELF_CALL.sub(lambda m: self._returned(self._method(m.group(1))) or m.group(0), text)
             text = _SELF_ATTR.sub(lambda m: self._returned(self._property(m.group(1))) or m.group(0), text)
+            if text == before:
+                break
         values = {}
         for name in set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)):
             for scope in scopes:
@@ -250,6 +257,11 @@ class Collector(cst.CSTVisitor):
         if not values:
             return text
         return re.sub(r"(?<![\w.])[A-Za-z_]\w*", lambda m: f"({values[m.group(0)]})" if m.group(0) in values else m.group(0), text)
+
+    def _method(self, name: str) -> Optional[Scope]:
+        """`self.name()`: the method of that name, when one class of the file defines it."""
+        found = [scope for (_, meth), scope in self.methods.items() if meth == name and "property" not in scope.decorators]
+        return found[0] if len(found) == 1 else None
 
     def _property(self, name: str) -> Optional[Scope]:
         for (_, meth), scope in self.methods.items():

@@ -157,6 +157,21 @@ class CollectiveInRankGuard(Rule):
         """,
     ]
     VALID += [
+        # A method guard that is not about ranks.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Job:
+            def __init__(self, net, policy):
+                self.net = FSDP(net, auto_wrap_policy=policy)
+
+            def due(self):
+                return self.step % self.every == 0
+
+            def finish(self, out):
+                if self.due():
+                    self.net.save_pretrained(out)
+        """,
         # The rank-0 save runs only when FSDP is off; under FSDP every rank saves.
         Valid(
             """
@@ -173,6 +188,25 @@ class CollectiveInRankGuard(Rule):
         ),
     ]
     INVALID = [
+        # The guard is a method whose body is the rank test.
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            class Job:
+                def __init__(self, net, policy):
+                    self.net = FSDP(net, auto_wrap_policy=policy)
+
+                def writes_files(self):
+                    return dist.get_rank() == 0
+
+                def finish(self, out):
+                    if self.writes_files():
+                        self.net.save_pretrained(out)
+            """,
+            line=13,
+        ),
         # `is_main` comes from a base class defined elsewhere: the name says what it guards.
         Invalid(
             """
