@@ -197,6 +197,7 @@ class Collector(cst.CSTVisitor):
         self._elifs: set[int] = set()
         self._seq = 0
         self._if_kinds: dict[int, str] = {}
+        self._early_exits: dict[int, int] = {}  # id(block) -> guards of `if ...: return` to pop with the block
         self._whiles = 0  # `while` loops around the current statement (in the current function)
 
     # -- helpers -------------------------------------------------------------------
@@ -281,6 +282,8 @@ class Collector(cst.CSTVisitor):
         self._indent.append(node.indent if node.indent is not None else self.module.default_indent)
 
     def leave_IndentedBlock(self, node) -> None:
+        for _ in range(self._early_exits.pop(id(node), 0)):
+            self._guards.pop()
         self._blocks.pop()
         self._indent.pop()
 
@@ -389,6 +392,12 @@ class Collector(cst.CSTVisitor):
 
     def leave_If(self, node) -> None:
         self._leave_stmt(node)
+        if node.orelse is None and id(node) not in self._elifs and _returns_early(node.body) and len(self._blocks) > 1:
+            # `if dist.get_rank() != 0: return`: the rest of the block runs only where the test is false, as in an
+            # `else:` (popped with the block, leave_IndentedBlock).
+            self.visit_If_orelse(node)
+            block = self._blocks[-1][0]
+            self._early_exits[id(block)] = self._early_exits.get(id(block), 0) + 1
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self._guards.append(Guard(None, node, "", resolve=self._lazy_kind(node.test)))
@@ -542,6 +551,17 @@ _ALL_QUALIFIED = frozenset(q for names in QUALIFIED.values() for q in names)
 _CONSTRUCTORS = ("__init__", "__post_init__", "__new__")
 # Library helpers that raise when a requirement is not met (transformers/accelerate/packaging style).
 _REQUIRE_CALLS = re.compile(r"(^|\.)(require_version\w*|check_min_version|require_torch\w*)$")
+
+
+def _returns_early(body: cst.BaseSuite) -> bool:
+    """An `if` body that only returns (perhaps after logging): the code after the `if` runs when it is false."""
+    stmts = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    if not stmts or not all(isinstance(st, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) for st in stmts):
+        return False
+    last = stmts[-1].body
+    if not last or not isinstance(last[-1], cst.Return):
+        return False
+    return all(isinstance(x, (cst.Expr, cst.Pass)) for st in stmts for x in st.body if x is not last[-1])
 
 
 def _raises(body: cst.BaseSuite) -> bool:

@@ -157,6 +157,23 @@ class CollectiveInRankGuard(Rule):
         """,
     ]
     VALID += [
+        # The early return comes after the gather: every rank gathers, rank 0 alone writes.
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+        def dump(model, path):
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
+                sd = model.state_dict()
+            if dist.get_rank() != 0:
+                return
+            torch.save(sd, path)
+
+        def main(net, policy):
+            model = FSDP(net, auto_wrap_policy=policy)
+            dump(model, "full.pt")
+        """,
         # A method guard that is not about ranks.
         """
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -188,6 +205,24 @@ class CollectiveInRankGuard(Rule):
         ),
     ]
     INVALID = [
+        # An early return on the other ranks guards the rest of the function.
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def dump(model, path):
+                if dist.get_rank() != 0:
+                    return
+                torch.save(model.state_dict(), path)
+
+            def main(net, policy):
+                model = FSDP(net, auto_wrap_policy=policy)
+                dump(model, "full.pt")
+            """,
+            line=8,
+        ),
         # The guard is a method whose body is the rank test.
         Invalid(
             """
