@@ -162,6 +162,7 @@ class DeviceMapWithFsdp(Rule):
                 Trainer(model=model, args=targs).train()
             """,
             line=8,
+            severity="warning",  # whether opts.low_memory is set is not known
         ),
         # Through a `**kwargs` dict.
         Invalid(
@@ -276,8 +277,10 @@ class DeviceMapWithFsdp(Rule):
                 fix = unsafe("Remove device_map", Replace(call.node, text)) if text else None
                 message = self.message.format(value=value, via=via)
                 if when:
+                    # The known values do not decide the condition (a flag the launch may or may not pass): a warning.
                     message = message.replace(" dispatches the model", f" ({when}) dispatches the model", 1)
-                ctx.report(call.node, message, fix=fix if not when else None)
+                ctx.report(call.node, message, fix=fix if not when else None,
+                           severity=Severity.WARNING if when else None)
 
 
 # A condition on these is how scripts pick a device map per launch mode (`"auto" if world_size == 1 else
