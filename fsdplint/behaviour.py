@@ -196,7 +196,28 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         before="8-bit under FSDP reached FSDP's flattening",
         read="LLaMA-Factory commit 60d9896a7 (v0.8.2) model_utils/quantization.py",
     ),
+    Behaviour(
+        "trainer_callback_gets_model", "transformers",
+        "Every TrainerCallback event (`on_save`, `on_step_end`, ... see TRAINER_CALLBACK_EVENTS) is called on "
+        "every rank with `model=` the Trainer's own model: under FSDP the module FSDP shards (FSDP1 wraps it in "
+        "place as the root's inner module with sharded units inside, or the root wrapper itself in 4.x; FSDP2 "
+        "shards it in place), so a callback that saves or reads its parameters reads this rank's shards.",
+        since=None,
+        read="transformers 5.24.0 trainer_callback.py (CallbackHandler.call_event: `model=self.model`) and "
+             "trainer.py (CallbackHandler(callbacks, self.model, ...) in __init__; `self.model = "
+             "self.model_wrapped = model` after accelerator.prepare under FSDP); a 4.x trainer.py "
+             "_inner_training_loop (\"Update the references\": `self.callback_handler.model = self.model`)",
+        unverified="the 4.x trainer.py read had no version number",
+    ),
 )}
+
+# The TrainerCallback methods CallbackHandler calls with the Trainer's model (transformers 5.24.0
+# trainer_callback.py, class TrainerCallback): `trainer_callback_gets_model`.
+TRAINER_CALLBACK_EVENTS = frozenset({
+    "on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_step_begin",
+    "on_pre_optimizer_step", "on_optimizer_step", "on_substep_end", "on_step_end", "on_evaluate", "on_predict",
+    "on_save", "on_log", "on_prediction_step", "on_push_begin",
+})
 
 
 def holds(key: str, target) -> Optional[bool]:

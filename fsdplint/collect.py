@@ -23,14 +23,17 @@ _RANK = r"""\w*(?i:rank)\w*(?:\(\))?["'\]\)]*"""
 _RANK0 = (
     rf"(\b{_RANK}\s*(==|<=|<)\s*[01]\b)|(\b0\s*==\s*{_RANK})|(\b{_RANK}\s+in\s*[\[(]\s*-?[01]\s*,\s*-?[01]\s*[\])])|"
     r"^\s*not\s+[\w.]*(?i:rank)\w*(\(\))?\s*$|is_main_process|is_local_main_process|"
-    r"is_world_process_zero|process_index\s*==\s*0|is_master|master_process|rank_zero|is_rank_?0|\brank0\b"
+    r"is_world_process_zero|process_index\s*==\s*0|is_master|master_process|rank_zero|is_rank_?0|\brank0\b|"
+    # `self.is_main` / `is_main_rank()` whose definition the file does not show (a base class elsewhere)
+    r"\bis_main(_rank)?\b"
 )
 _NOT_RANK0 = (
-    rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master)"
+    rf"\b{_RANK}\s*(!=|>|>=)\s*[01]\b|not\s+[\w.]*(is_main_process|is_world_process_zero|is_master|is_main\b)"
 )
 _VERSION = r"(?i)version|__version__|is_torch_\w+|TORCH_\w*VERSION|\bhasattr\b|inspect\.signature|find_spec"
 _CALLED_HELPER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(\s*\)")
 _SELF_ATTR = re.compile(r"\bself\.([A-Za-z_]\w*)\b(?!\s*\()")
+_SELF_CALL = re.compile(r"\bself\.([A-Za-z_]\w*)\(\s*\)")
 # `try: ... except ImportError:` makes an import inside optional.
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"})
 
@@ -196,6 +199,7 @@ class Collector(cst.CSTVisitor):
         self._elifs: set[int] = set()
         self._seq = 0
         self._if_kinds: dict[int, str] = {}
+        self._early_exits: dict[int, int] = {}  # id(block) -> guards of `if ...: return` to pop with the block
         self._whiles = 0  # `while` loops around the current statement (in the current function)
 
     # -- helpers -------------------------------------------------------------------
@@ -237,9 +241,15 @@ class Collector(cst.CSTVisitor):
         """The test with each plain name replaced by what it was last assigned, so
         `r = dist.get_rank()` ... `if r == 0:` reads as a rank check whatever the name; a property
         (`self.is_chief`) or a helper without arguments (`is_chief()`) reads as what it returns."""
-        if "(" in text or "self." in text:
+        for _ in range(2):  # (a property that returns another property, or a helper's rank test)
+            if "(" not in text and "self." not in text:
+                break
+            before = text
             text = _CALLED_HELPER.sub(lambda m: self._returned(self.functions.get(m.group(1))) or m.group(0), text)
+            text = _SELF_CALL.sub(lambda m: self._returned(self._method(m.group(1))) or m.group(0), text)
             text = _SELF_ATTR.sub(lambda m: self._returned(self._property(m.group(1))) or m.group(0), text)
+            if text == before:
+                break
         values = {}
         for name in set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)):
             for scope in scopes:
@@ -250,6 +260,11 @@ class Collector(cst.CSTVisitor):
         if not values:
             return text
         return re.sub(r"(?<![\w.])[A-Za-z_]\w*", lambda m: f"({values[m.group(0)]})" if m.group(0) in values else m.group(0), text)
+
+    def _method(self, name: str) -> Optional[Scope]:
+        """`self.name()`: the method of that name, when one class of the file defines it."""
+        found = [scope for (_, meth), scope in self.methods.items() if meth == name and "property" not in scope.decorators]
+        return found[0] if len(found) == 1 else None
 
     def _property(self, name: str) -> Optional[Scope]:
         for (_, meth), scope in self.methods.items():
@@ -269,6 +284,8 @@ class Collector(cst.CSTVisitor):
         self._indent.append(node.indent if node.indent is not None else self.module.default_indent)
 
     def leave_IndentedBlock(self, node) -> None:
+        for _ in range(self._early_exits.pop(id(node), 0)):
+            self._guards.pop()
         self._blocks.pop()
         self._indent.pop()
 
@@ -377,6 +394,12 @@ class Collector(cst.CSTVisitor):
 
     def leave_If(self, node) -> None:
         self._leave_stmt(node)
+        if node.orelse is None and id(node) not in self._elifs and _returns_early(node.body) and len(self._blocks) > 1:
+            # `if dist.get_rank() != 0: return`: the rest of the block runs only where the test is false, as in an
+            # `else:` (popped with the block, leave_IndentedBlock).
+            self.visit_If_orelse(node)
+            block = self._blocks[-1][0]
+            self._early_exits[id(block)] = self._early_exits.get(id(block), 0) + 1
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self._guards.append(Guard(None, node, "", resolve=self._lazy_kind(node.test)))
@@ -450,7 +473,8 @@ class Collector(cst.CSTVisitor):
         stmt = self._stmt[-1] if self._stmt else None
         if isinstance(target, cst.Name):
             scope.assigns.setdefault(target.value, []).append((self._seq, value))
-            if isinstance(value, (cst.Name, cst.Attribute)):
+            if isinstance(value, (cst.Name, cst.Attribute, cst.IfExp)):
+                # (`m = accelerator.unwrap_model(model) if accelerator else model`: the same object either way)
                 scope.aliases.append(
                     AttrSet(target.value, None, value, self._next(), stmt, scope, tuple(self._guards), tuple(self._loops)))
             if len(self._scope_stack) == 1 and isinstance(value, (cst.Attribute, cst.Name)):
@@ -531,6 +555,17 @@ _ALL_QUALIFIED = frozenset(q for names in QUALIFIED.values() for q in names)
 _CONSTRUCTORS = ("__init__", "__post_init__", "__new__")
 # Library helpers that raise when a requirement is not met (transformers/accelerate/packaging style).
 _REQUIRE_CALLS = re.compile(r"(^|\.)(require_version\w*|check_min_version|require_torch\w*)$")
+
+
+def _returns_early(body: cst.BaseSuite) -> bool:
+    """An `if` body that only returns (perhaps after logging): the code after the `if` runs when it is false."""
+    stmts = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    if not stmts or not all(isinstance(st, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) for st in stmts):
+        return False
+    last = stmts[-1].body
+    if not last or not isinstance(last[-1], cst.Return):
+        return False
+    return all(isinstance(x, (cst.Expr, cst.Pass)) for st in stmts for x in st.body if x is not last[-1])
 
 
 def _raises(body: cst.BaseSuite) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from fsdplint.analysis.records import UNKNOWN
 from fsdplint.errors import UsageError
 
 # Top-level accelerate keys worth keeping (besides fsdp_config).
@@ -253,17 +254,23 @@ def from_script(analysis) -> Optional[LaunchFacts]:
         facts.fsdp_version = 1
     for call in analysis.calls("TrainingArguments"):
         found = True
-        for kw in _TRAINING_KWARGS:
-            arg = call.kw(kw)
+
+        def kw(name: str, call=call):
+            # Written as `name=`, or a key of a `**kwargs` dict the script builds (`args["fsdp"] = ...`).
+            arg = analysis.keyword(call, name)
+            return None if arg is None or arg is UNKNOWN else arg
+
+        for key in _TRAINING_KWARGS:
+            arg = kw(key)
             if arg is not None:
-                facts.settings[kw] = Setting(kw, analysis.value(arg, call.scope), "", 0, arg)
-        fsdp = call.kw("fsdp")
+                facts.settings[key] = Setting(key, analysis.value(arg, call.scope), "", 0, arg)
+        fsdp = kw("fsdp")
         if fsdp is not None:
             v = analysis.value(fsdp, call.scope)
             if v not in (None, "", False, []):
                 facts.fsdp_version = 1
                 facts.settings["sharding"] = Setting("sharding", v, "", 0, fsdp)
-        cfg = call.kw("fsdp_config")
+        cfg = kw("fsdp_config")
         if cfg is not None:
             _add_dict(facts, analysis, cfg, call.scope)
     for call in analysis.calls("FullyShardedDataParallelPlugin"):

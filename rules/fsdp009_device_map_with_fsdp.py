@@ -1,3 +1,6 @@
+import re
+
+from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, remove_keyword, unsafe
 from fsdplint.resolve import dotted
@@ -31,8 +34,10 @@ class DeviceMapWithFsdp(Rule):
     Finds `from_pretrained(..., device_map="auto")` (or `"balanced"`, `"sequential"`, or a dict that spreads
     modules over several devices) for a model that the same script wraps with FSDP, prepares with an
     FSDP accelerate config, hands to a Trainer configured with `fsdp=`, or turns into a LoRA model there.
-    In axolotl configs, finds a dispatching `device_map:` with FSDP on (axolotl drops it under FSDP
-    from v0.12.0).
+    A `device_map` set on one path only (`device_map = None` / `if args.load_in_4bit: device_map = "auto"`)
+    is reported with that condition, unless the condition is about the launch (rank, world size,
+    distributed/FSDP mode), as in `"auto" if world_size == 1 else None`. In axolotl configs, finds a
+    dispatching `device_map:` with FSDP on (axolotl drops it under FSDP from v0.12.0).
 
     ## Why is this bad?
     `device_map="auto"` is big-model *inference* dispatch: layers are placed on different GPUs and moved
@@ -126,8 +131,51 @@ class DeviceMapWithFsdp(Rule):
         model = AutoModelForCausalLM.from_pretrained(name, device_map=None if distributed else "auto")
         fully_shard(model)
         """,
+        # The dispatching map is chosen only for single-process runs: a launch condition, not reported.
+        """
+        import os
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        placement = None
+        if int(os.environ.get("WORLD_SIZE", 1)) == 1:
+            placement = "auto"
+        model = AutoModelForCausalLM.from_pretrained(name, device_map=placement)
+        Trainer(model=model, args=TrainingArguments("out", fsdp="full_shard auto_wrap")).train()
+        """,
     ]
     INVALID = [
+        # The map is set on a quantization path of a helper: under FSDP that path fails.
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+            def build(opts):
+                placement, quant = None, None
+                if opts.low_memory:
+                    quant = BitsAndBytesConfig(load_in_4bit=True)
+                    placement = "auto"
+                model = AutoModelForCausalLM.from_pretrained(opts.base, quantization_config=quant, device_map=placement)
+                return model
+
+            def main(opts):
+                model = build(opts)
+                targs = TrainingArguments("out", fsdp="full_shard auto_wrap")
+                Trainer(model=model, args=targs).train()
+            """,
+            line=8,
+            severity="warning",  # whether opts.low_memory is set is not known
+        ),
+        # Through a `**kwargs` dict.
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import fully_shard
+            load_kwargs = dict(torch_dtype=torch.bfloat16, device_map="balanced")
+            model = AutoModelForCausalLM.from_pretrained(name, **load_kwargs)
+            fully_shard(model)
+            """,
+            line=5,
+        ),
         Invalid(
             """
             import torch
@@ -212,17 +260,54 @@ class DeviceMapWithFsdp(Rule):
                 if call is None or call.api not in LOADERS:
                     continue
                 arg = call.kwarg("device_map")
-                if arg is None:
+                expr = arg.value if arg is not None else a.keyword(call, "device_map")  # also `**model_kwargs`
+                if expr is None or expr is UNKNOWN:
                     continue
-                value = a.value(arg.value, call.scope)
+                value = a.value(expr, call.scope)
+                when = ""
                 if not _dispatches(value):
-                    continue
+                    # `device_map = None` / `if args.load_in_4bit: device_map = "auto"`: on that path.
+                    when, value = _dispatching_path(a, expr, call.scope)
+                    if when is None:
+                        continue
                 via = _fsdp_source(a, call)
                 if via is None or not _is_trained(a, t, ev):
                     continue
-                text = remove_keyword(call.node, "device_map")
+                text = remove_keyword(call.node, "device_map") if arg is not None else None
                 fix = unsafe("Remove device_map", Replace(call.node, text)) if text else None
-                ctx.report(call.node, self.message.format(value=value, via=via), fix=fix)
+                message = self.message.format(value=value, via=via)
+                if when:
+                    # The known values do not decide the condition (a flag the launch may or may not pass): a warning.
+                    message = message.replace(" dispatches the model", f" ({when}) dispatches the model", 1)
+                ctx.report(call.node, message, fix=fix if not when else None,
+                           severity=Severity.WARNING if when else None)
+
+
+# A condition on these is how scripts pick a device map per launch mode (`"auto" if world_size == 1 else
+# None`): correlated with FSDP being off, so a dispatch on that path is not reported.
+_LAUNCH_WORDS = re.compile(r"(?i)rank|world|distributed|ddp|fsdp|deepspeed|zero|process|parallel|accelerat|"
+                           r"device|cuda|gpu|nproc|single|multi|is_main|local|launch|shard|torchrun|slurm|env")
+
+
+def _dispatching_path(a, expr, scope):
+    """(the condition text, the dispatching value) when `expr` holds a dispatching device_map only on
+    some paths whose tests do not concern the launch (a quantization flag, a model-size switch); else
+    (None, None)."""
+    conds = a.value_conditions(expr, scope, _dispatches)
+    if not conds:
+        return None, None
+    parts = []
+    for test, holds in conds:
+        text = " ".join(a.code(test).split())
+        if _LAUNCH_WORDS.search(text):
+            return None, None
+        if a.env is not None and a._mentions_env(test):
+            return None, None  # a parsed argument the launch leaves unknown does not make the path reachable
+        parts.append(text if holds else f"not ({text})")
+    values = [v for v in a.values(expr, scope) if _dispatches(v)]
+    if not values:
+        return None, None
+    return "when " + " and ".join(parts), values[0]
 
 
 def _dispatches(value) -> bool:

@@ -31,6 +31,10 @@ class CollectiveInRankGuard(Rule):
     guard's other branch, or (explicit collectives) the same collective under another rank test of the same
     program (`if local_rank not in (-1, 0): dist.barrier()` before rank 0's download and `if local_rank == 0:
     dist.barrier()` after it), since every rank then joins one of them.
+    A model wrapped elsewhere (by accelerate or the Trainer) counts as FSDP1 inside its own
+    `FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, ...)` context; code in a branch that runs only
+    under FSDP (`if trainer.is_fsdp_enabled:`, `if accelerator.distributed_type == DistributedType.FSDP:`)
+    counts as FSDP, and code in a branch that runs only without it is left alone.
 
     ## Why is this bad?
     Gathering a sharded state dict is a collective: every rank must take part in the all-gathers. When
@@ -246,6 +250,76 @@ class CollectiveInRankGuard(Rule):
             options=IN_FSDP_JOB,
         ),
     ]
+    VALID += [
+        # FSDP1 context on a model accelerate prepared: every rank gathers, the main process writes.
+        """
+        import torch
+        from accelerate import Accelerator
+        from peft import get_peft_model_state_dict
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+        class Runner:
+            def __init__(self, net, opt):
+                self.accelerator = Accelerator()
+                self.net, self.opt = self.accelerator.prepare(net, opt)
+
+            def export_adapter(self, path):
+                inner = self.accelerator.unwrap_model(self.net)
+                cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+                with FSDP.state_dict_type(inner, StateDictType.FULL_STATE_DICT, cfg):
+                    weights = get_peft_model_state_dict(inner)
+                if self.accelerator.is_main_process:
+                    torch.save(weights, path)
+        """,
+    ]
+    VALID += [
+        # The early return comes after the gather: every rank gathers, rank 0 alone writes.
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+        def dump(model, path):
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
+                sd = model.state_dict()
+            if dist.get_rank() != 0:
+                return
+            torch.save(sd, path)
+
+        def main(net, policy):
+            model = FSDP(net, auto_wrap_policy=policy)
+            dump(model, "full.pt")
+        """,
+        # A method guard that is not about ranks.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Job:
+            def __init__(self, net, policy):
+                self.net = FSDP(net, auto_wrap_policy=policy)
+
+            def due(self):
+                return self.step % self.every == 0
+
+            def finish(self, out):
+                if self.due():
+                    self.net.save_pretrained(out)
+        """,
+        # The rank-0 save runs only when FSDP is off; under FSDP every rank saves.
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            if accelerator.distributed_type != DistributedType.FSDP:
+                if accelerator.is_main_process:
+                    accelerator.save_state("ckpt")
+            else:
+                accelerator.save_state("ckpt")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
+    ]
     INVALID = [
         # A project helper gathers DTensor shards with full_tensor(), and it is called on rank 0 only.
         Invalid(
@@ -289,6 +363,123 @@ class CollectiveInRankGuard(Rule):
                 log("waiting")
             """,
             line=6,
+        ),
+        # An early return on the other ranks guards the rest of the function.
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def dump(model, path):
+                if dist.get_rank() != 0:
+                    return
+                torch.save(model.state_dict(), path)
+
+            def main(net, policy):
+                model = FSDP(net, auto_wrap_policy=policy)
+                dump(model, "full.pt")
+            """,
+            line=8,
+        ),
+        # The guard is a method whose body is the rank test.
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            class Job:
+                def __init__(self, net, policy):
+                    self.net = FSDP(net, auto_wrap_policy=policy)
+
+                def writes_files(self):
+                    return dist.get_rank() == 0
+
+                def finish(self, out):
+                    if self.writes_files():
+                        self.net.save_pretrained(out)
+            """,
+            line=13,
+        ),
+        # `is_main` comes from a base class defined elsewhere: the name says what it guards.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from .base import BaseRunner
+
+            class Runner(BaseRunner):
+                def __init__(self, net, policy):
+                    self.net = FSDP(net, auto_wrap_policy=policy)
+
+                def checkpoint(self, path):
+                    if self.is_main:
+                        torch.save(self.net.state_dict(), path)
+            """,
+            line=11,
+        ),
+        # No launch config, but the branch itself runs only under FSDP.
+        Invalid(
+            """
+            from accelerate import Accelerator
+            from accelerate.utils import DistributedType
+            accelerator = Accelerator()
+            model, opt = accelerator.prepare(model, opt)
+            if accelerator.distributed_type == DistributedType.FSDP:
+                if accelerator.is_main_process:
+                    weights = accelerator.get_state_dict(model)
+            """,
+            line=7,
+        ),
+        # The trainer's own `is_main` property guards a helper method that gathers inside FSDP1's
+        # FULL_STATE_DICT context (the model was wrapped by accelerate.prepare, not in this file).
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from peft import get_peft_model_state_dict
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+            class Runner:
+                def __init__(self, net, opt):
+                    self.accelerator = Accelerator()
+                    self.net, self.opt = self.accelerator.prepare(net, opt)
+
+                @property
+                def is_main(self):
+                    return self.accelerator.is_main_process
+
+                def _export_adapter(self, path):
+                    inner = self.accelerator.unwrap_model(self.net) if self.accelerator else self.net
+                    ctx = FSDP.state_dict_type(inner, StateDictType.FULL_STATE_DICT,
+                                               FullStateDictConfig(offload_to_cpu=True, rank0_only=True))
+                    with torch.no_grad(), ctx:
+                        weights = get_peft_model_state_dict(inner)
+                    torch.save(weights, path)
+
+                def checkpoint(self, step):
+                    if self.is_main:
+                        self._export_adapter(f"adapter-{step}.pt")
+            """,
+            line=20,
+        ),
+        # TrainingArguments built from a `**kwargs` dict filled key by key: FSDP is on all the same.
+        Invalid(
+            """
+            from transformers import Trainer, TrainingArguments
+
+            def run(model, data, distributed, rank):
+                extra = {}
+                if distributed:
+                    extra["fsdp"] = "full_shard auto_wrap"
+                    extra["fsdp_config"] = {"use_orig_params": True}
+                args = TrainingArguments(output_dir="out", bf16=True, **extra)
+                trainer = Trainer(model=model, args=args, train_dataset=data)
+                trainer.train()
+                if rank == 0:
+                    trainer.save_model()
+            """,
+            line=12,
         ),
         Invalid(
             """
@@ -376,8 +567,8 @@ class CollectiveInRankGuard(Rule):
                 if ev.kind not in ("state_dict", "save") or (ev.kind == "save" and saves_no_weights(a, ev)):
                     continue  # (a config's or tokenizer's save_pretrained writes a small file: no collective)
                 guard = a.rank_guard(ev.step)
-                if guard is None or _both_branches(a, t, ev, guard):
-                    continue
+                if guard is None or _both_branches(a, t, ev, guard) or a.fsdp_branch(ev.step) is False:
+                    continue  # (the other branch gathers too, or this branch runs only without FSDP)
                 what = _collective(a, t, ev, launch) or _gathering_save(ctx, a, t, ev, launch)
                 if what is None:
                     continue
@@ -495,7 +686,8 @@ def _collective(a, t, ev, launch):
         return None
     api = ev.data.get("api")
     if api in _ACCELERATE or api == "trainer.save_model":
-        return f"{api}()" if launch is not None else None
+        # FSDP from the launch, or in a branch that runs only when it is on (`if trainer.is_fsdp_enabled:`).
+        return f"{api}()" if launch is not None or a.fsdp_branch(ev.step) else None
     if ev.kind == "save" and a.keyword(call, "state_dict") is not None:
         return None  # saves a dict gathered elsewhere
     state = t.wrap_state(ev.entity, ev.seq, at=ev) if ev.entity else None
@@ -518,6 +710,10 @@ def _collective(a, t, ev, launch):
         return label
     if state is None and launch == 1 and _launch_wrapped(a, t, ev):
         return label
+    if state is None and ev.entity and a.full_state_dict_context(ev.step, ev.entity, t) is not None:
+        # Wrapped elsewhere (accelerate, the Trainer), but the code itself says FSDP1: the gather of the
+        # FULL_STATE_DICT context it runs in.
+        return f"{label} inside FSDP.state_dict_type(FULL_STATE_DICT)"
     return None
 
 

@@ -19,8 +19,9 @@ class SaveFromShardedModel(Rule):
     Finds checkpoints written straight from a sharded model: `torch.save(model.state_dict())` or
     `torch.save(get_peft_model_state_dict(model))` after `fully_shard`, `save_pretrained()` without
     `state_dict=` on an FSDP2 model, on an FSDP1 model wrapped without an auto-wrap policy (outside a
-    `FULL_STATE_DICT` context), and on `accelerator.unwrap_model(model)` when accelerate shards with FSDP2
-    or with `fsdp_state_dict_type: SHARDED_STATE_DICT`.
+    `FULL_STATE_DICT` context), and on `accelerator.unwrap_model(model)` — or the Trainer's model, which
+    every `TrainerCallback` event gets as `model=` — when accelerate shards with FSDP2 or with
+    `fsdp_state_dict_type: SHARDED_STATE_DICT`.
 
     ## Why is this bad?
     A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
@@ -136,7 +137,37 @@ class SaveFromShardedModel(Rule):
         tokenizer.save_pretrained("out")
         """,
     ]
+    VALID += [
+        # A callback that writes the tokenizer and the config reads no parameter.
+        Valid(
+            """
+            from transformers import TrainerCallback
+
+            class ExportExtras(TrainerCallback):
+                def on_save(self, args, state, control, **kwargs):
+                    kwargs["processing_class"].save_pretrained(args.output_dir)
+                    kwargs["model"].config.save_pretrained(args.output_dir)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
+            target={"transformers": "5.24.0"},
+        ),
+    ]
     INVALID = [
+        # A TrainerCallback gets the Trainer's own model as `model=`: sharded under FSDP.
+        Invalid(
+            """
+            import os
+            from transformers import TrainerCallback
+
+            class KeepAdapter(TrainerCallback):
+                def on_save(self, args, state, control, **kwargs):
+                    folder = os.path.join(args.output_dir, f"step-{state.global_step}")
+                    kwargs["model"].save_pretrained(folder)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
+            target={"transformers": "5.24.0"},
+            line=7,
+        ),
         Invalid(
             """
             import torch
@@ -205,7 +236,7 @@ class SaveFromShardedModel(Rule):
                 if ev.entity is None or (ev.ref is not None and ev.ref.child):
                     continue
                 what = self._saved(a, t, ev, launch, sharded_type)
-                if what is None:
+                if what is None or a.fsdp_branch(ev.step) is False:
                     continue
                 severity = None
                 if ev.kind == "save" and saves_no_weights(a, ev):
@@ -258,12 +289,21 @@ class SaveFromShardedModel(Rule):
             nested = any(w.call is None or a.keyword(w.call, "auto_wrap_policy") is not None or w.call.star_kwargs()
                          for w in wraps)
             return None if nested or not wraps else "save_pretrained() on an FSDP1 model wrapped as one unit"
-        if state is None and t.before(ev, ("prepare",)):
+        trainers = _trainer_model(ev)
+        if state is None and (trainers or t.before(ev, ("prepare",))):
+            # `kwargs["model"]` in a TrainerCallback event is the Trainer's (sharded) model
+            # (behaviour `trainer_callback_gets_model`).
+            by = "the Trainer" if trainers else "accelerate"
             if launch == 2:
-                return "save_pretrained() on a model accelerate sharded with FSDP2"
+                return f"save_pretrained() on a model {by} sharded with FSDP2"
             if launch == 1 and sharded_type:
                 return "save_pretrained() under fsdp_state_dict_type SHARDED_STATE_DICT"
         return None
+
+
+def _trainer_model(ev) -> bool:
+    """The event's model is the Trainer's own (`trainer.model`, a callback's `model=`)."""
+    return ev.ref is not None and ev.ref.key.rsplit(":", 1)[-1] == "trainer.model"
 
 
 def _in_torch_save(a, call) -> bool:

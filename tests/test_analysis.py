@@ -498,3 +498,66 @@ def test_a_function_defined_inside_a_helper_runs_where_the_helper_calls_it():
     (t,) = [t for t in analysis(src).timelines if t.events]
     # the nested `wrap` (not the module-level one of the same name) is what `setup` calls
     assert [e.kind for e in t.events] == ["wrap1"]
+
+
+# -- guards, hooks and conditional names -------------------------------------------------------
+
+
+def test_conditional_expression_naming_one_model_either_way_is_an_alias():
+    _, t = only_timeline(
+        """
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model, opt = accelerator.prepare(model, opt)
+        plain = accelerator.unwrap_model(model) if accelerator is not None else model
+        other = model if use_teacher else teacher
+        plain.save_pretrained("out")
+        other.save_pretrained("teacher")
+        """
+    )
+    prepared = next(e for e in t.events if e.kind == "prepare" and e.entity and "model" in e.entity)
+    saves = [e for e in t.events if e.kind == "save"]
+    assert [e.entity == prepared.entity for e in saves] == [True, False]
+
+
+def test_trainer_callback_events_get_the_trainers_model():
+    a = analysis(
+        """
+        from transformers import TrainerCallback
+
+        class Export(TrainerCallback):
+            def on_save(self, args, state, control, **kwargs):
+                kwargs["model"].save_pretrained(args.output_dir)
+
+            def on_train_end(self, args, state, control, model=None, **kw):
+                model.save_pretrained(args.output_dir)
+
+        class NotACallback:
+            def on_save(self, args, state, control, **kwargs):
+                kwargs["model"].save_pretrained(args.output_dir)
+        """
+    )
+    saves = [(t.scope.klass, e.ref.key.rsplit(":", 1)[-1]) for t in a.timelines for e in t.events if e.kind == "save"]
+    assert ("Export", "trainer.model") in saves
+    assert saves.count(("Export", "trainer.model")) == 2
+    assert all(key != "trainer.model" for klass, key in saves if klass == "NotACallback")
+
+
+def test_branches_that_ask_whether_fsdp_is_on():
+    a = analysis(
+        """
+        from accelerate.utils import DistributedType
+
+        def save(accelerator, trainer, model):
+            if accelerator.distributed_type == DistributedType.FSDP:
+                model.save_pretrained("a")
+            else:
+                model.save_pretrained("b")
+            if not trainer.is_fsdp_enabled:
+                model.save_pretrained("c")
+            if step % 10 == 0:
+                model.save_pretrained("d")
+        """
+    )
+    (t,) = a.timelines
+    assert [a.fsdp_branch(e.step) for e in t.events if e.kind == "save"] == [True, False, False, None]

@@ -286,3 +286,37 @@ def test_fsdp_settings_the_script_writes_into_its_environment_win(tmp_path, env,
                       {"launch.sh": "accelerate launch --use_fsdp --num_processes 8 train.py\n"})
     found = _run([str(script)])
     assert bool(_codes(found, "FSDP004")) is fsdp1_finding, found
+
+
+DEVICE_MAP_ON_A_PATH = """\
+import argparse
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from transformers import AutoModelForCausalLM
+
+def load(args):
+    placement = None
+    if args.load_in_4bit:
+        placement = "auto"
+    return AutoModelForCausalLM.from_pretrained("m", device_map=placement)
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--load_in_4bit", action="store_true")
+args = parser.parse_args()
+model = load(args)
+model = FSDP(model, use_orig_params=True)
+"""
+
+
+def test_device_map_set_on_a_path_follows_the_launch(tmp_path):
+    script = _project(tmp_path, DEVICE_MAP_ON_A_PATH)
+    (f,) = _codes(_run(["--launch", "torchrun --nproc_per_node 8 train.py --load_in_4bit", str(script)]), "FSDP009")
+    assert f["severity"] == "error" and f["location"]["row"] == 9
+    assert _codes(_run(["--launch", "torchrun --nproc_per_node 8 train.py", str(script)]), "FSDP009") == []
+    assert _codes(_run(["--launch", "torchrun --nproc_per_node 8 train.py $QUANT", str(script)]), "FSDP009") == []
+
+
+def test_device_map_set_on_a_path_of_unknown_options_is_a_warning(tmp_path):
+    src = DEVICE_MAP_ON_A_PATH.split("parser = ")[0] + "def main(opts):\n    model = load(opts)\n    model = FSDP(model)\n"
+    script = _project(tmp_path, src)
+    (f,) = _codes(_run([str(script)]), "FSDP009")
+    assert f["severity"] == "warning" and "(when args.load_in_4bit)" in f["message"]

@@ -106,3 +106,98 @@ def test_dataclass_defaults_and_keywords():
     call, kw = _kw(a, "BitsAndBytesConfig", "load_in_4bit")
     assert a.value(kw, call.scope) is True
     assert a.value(a.keyword(call, "bnb_4bit_quant_storage"), call.scope) == "uint8"
+
+
+def _code(a: ScriptAnalysis, conds) -> list:
+    return [(a.code(test), holds) for test, holds in conds]
+
+
+def test_value_conditions_name_the_path_to_a_value():
+    src = """
+    from transformers import AutoModelForCausalLM
+
+    def load(opts):
+        placement = None
+        if opts.four_bit:
+            placement = "auto"
+        return AutoModelForCausalLM.from_pretrained(opts.name, device_map=placement)
+
+    def load_dense(opts):
+        placement = "auto"
+        if opts.spread == "rows":
+            placement = {"": 0}
+        return AutoModelForCausalLM.from_pretrained(opts.name, device_map=placement)
+
+    def load_inline(opts):
+        return AutoModelForCausalLM.from_pretrained(opts.name, device_map="auto" if opts.big else None)
+    """
+    a = _analysis(src)
+    wanted = lambda v: v == "auto"  # noqa: E731
+    calls = {c.scope.name: c for c in a.calls("load_model")}
+    dm = {name: c.kw("device_map") for name, c in calls.items()}
+    assert _code(a, a.value_conditions(dm["load"], calls["load"].scope, wanted)) == [("opts.four_bit", True)]
+    # "auto" first, replaced on one path: it holds when that path is not taken.
+    assert _code(a, a.value_conditions(dm["load_dense"], calls["load_dense"].scope, wanted)) == [
+        ('opts.spread == "rows"', False)]
+    assert _code(a, a.value_conditions(dm["load_inline"], calls["load_inline"].scope, wanted)) == [("opts.big", True)]
+    # No path gives the value.
+    assert a.value_conditions(dm["load"], calls["load"].scope, lambda v: v == "balanced") is None
+
+
+def test_value_conditions_in_a_loop_are_not_told():
+    src = """
+    from transformers import AutoModelForCausalLM
+    placement = None
+    for name in names:
+        if name.endswith("70b"):
+            placement = "auto"
+    model = AutoModelForCausalLM.from_pretrained(name, device_map=placement)
+    """
+    a = _analysis(src)
+    (call,) = a.calls("load_model")
+    assert a.value_conditions(call.kw("device_map"), call.scope, lambda v: v == "auto") is None
+
+
+def test_training_arguments_from_a_dict_filled_by_keys():
+    from fsdplint.launch import from_script
+
+    src = """
+    from transformers import TrainingArguments
+    def make(sharded):
+        extra = {"report_to": "none"}
+        if sharded:
+            extra["fsdp"] = "full_shard auto_wrap"
+            extra["fsdp_config"] = {"use_orig_params": True}
+        return TrainingArguments(output_dir="out", **extra)
+    """
+    facts = from_script(_analysis(src))
+    assert facts.fsdp_version == 1
+    assert facts.value("sharding") == "full_shard auto_wrap"
+    assert facts.value("use_orig_params") is True
+    # A dict the file does not spell out stays unknown: no FSDP claimed.
+    facts = from_script(_analysis("""
+    from transformers import TrainingArguments
+    args = TrainingArguments(output_dir="out", **load_overrides())
+    """))
+    assert facts.fsdp_version is None
+
+
+def test_keyword_through_dict_update():
+    src = """
+    from transformers import TrainingArguments
+    extra = {"bf16": True}
+    extra.update(fsdp="full_shard")
+    more = {}
+    more.update({"fsdp_config": {"version": 2}})
+    hidden = {}
+    hidden.update(load_overrides())
+    a1 = TrainingArguments(output_dir="a", **extra)
+    a2 = TrainingArguments(output_dir="b", **more)
+    a3 = TrainingArguments(output_dir="c", **hidden)
+    """
+    a = _analysis(src)
+    c1, c2, c3 = a.calls("TrainingArguments")
+    assert a.value(a.keyword(c1, "fsdp"), c1.scope) == "full_shard"
+    assert a.value(a.keyword(c2, "fsdp_config"), c2.scope) == {"version": 2}
+    assert a.keyword(c2, "fsdp") is None
+    assert a.keyword(c3, "fsdp") is UNKNOWN

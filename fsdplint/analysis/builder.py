@@ -35,6 +35,22 @@ MODEL_METHODS = {
     "merge_adapter", "print_trainable_parameters", "enable_input_require_grads", "get_input_embeddings",
 }
 
+def _hook_model(expr: cst.BaseExpression, mapping: dict) -> Optional[str]:
+    """`kwargs["model"]` / `kwargs.get("model")` in a hook whose `**kwargs` carry the trainer's model
+    (`Classes._hook_params`): the key of that model."""
+    name = key = None
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1:
+        sl = expr.slice[0].slice
+        if isinstance(sl, cst.Index) and isinstance(sl.value, cst.SimpleString):
+            name, key = expr.value.value, sl.value.evaluated_value
+    elif (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "get"
+          and isinstance(expr.func.value, cst.Name) and expr.args and isinstance(expr.args[0].value, cst.SimpleString)):
+        name, key = expr.func.value.value, expr.args[0].value.evaluated_value
+    if name is None or key != "model":
+        return None
+    return mapping.get(f"**{name}")
+
+
 class Builder(Classes, Linking):
     """Mixin of `ScriptAnalysis`: turns the collector's records into timelines of events."""
 
@@ -42,6 +58,9 @@ class Builder(Classes, Linking):
     def ref(self, expr: Optional[cst.BaseExpression], step: Step, _depth: int = 0) -> Optional[Ref]:
         if expr is None:
             return None
+        hook = _hook_model(expr, step.mapping)
+        if hook is not None:
+            return Ref(step.key(hook), False, ("model",))
         child = False
         while True:
             if isinstance(expr, cst.Subscript):
@@ -300,7 +319,7 @@ class Builder(Classes, Linking):
             return
         if "." not in a.target:
             # `net = model`: a second name for the same object (LoRA injected through it is the model's).
-            r = self.ref(a.value, step)
+            r = self._same_either_way(t, a.value, step) if isinstance(a.value, cst.IfExp) else self.ref(a.value, step)
             if r is not None and not r.child and a.value is not None:
                 t.uf.union(step.key(a.target), r.key)
             return
@@ -322,6 +341,14 @@ class Builder(Classes, Linking):
             r = self.ref(a.value, step)
             if r is not None and r.child:
                 self._derived[self._target_key(step, a.target)] = r.key
+
+    def _same_either_way(self, t: Timeline, value: cst.IfExp, step: Step) -> Optional[Ref]:
+        """`a if c else b` where both branches name the same model (`accelerator.unwrap_model(m) if c else m`):
+        that model; None when the branches may hold different objects."""
+        body, orelse = self.ref(value.body, step), self.ref(value.orelse, step)
+        if body is None or orelse is None or body.child or orelse.child or t.find(body.key) != t.find(orelse.key):
+            return None
+        return body
 
     def _loop_model(self, step: Step, it: cst.BaseExpression) -> Optional[Ref]:
         """`model.parameters()` / `model.named_parameters()` / `model.modules()` → the model."""

@@ -3,8 +3,11 @@ and parameters annotated with an FSDP type arrive wrapped."""
 
 from __future__ import annotations
 
+import libcst as cst
+
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.apis import api_of
+from fsdplint.behaviour import TRAINER_CALLBACK_EVENTS
 from fsdplint.collect import Scope
 
 # Trainer methods a subclass overrides that receive the trainer's model as `model`.
@@ -46,13 +49,35 @@ class Classes:
 
     def _hook_params(self, scope: Scope) -> dict[str, str]:
         """A Trainer subclass's hooks (`compute_loss(self, model, inputs)`, `training_step(self, model, ...)`)
-        receive the trainer's own model: `model` there is `self.model`."""
-        if scope.klass is None or "model" not in scope.params or scope.name not in _TRAINER_HOOKS:
+        receive the trainer's own model: `model` there is `self.model`. A TrainerCallback's events
+        (`on_save(self, args, state, control, **kwargs)`) get it as `model=` (a `model` parameter, or
+        `kwargs["model"]`): the Trainer's model, `trainer.model` (behaviour `trainer_callback_gets_model`)."""
+        if scope.klass is None:
+            return {}
+        if scope.name in TRAINER_CALLBACK_EVENTS and self._is_trainer_callback(scope.klass):
+            out = {"model": "trainer.model"} if "model" in scope.params else {}
+            star = scope.node.params.star_kwarg if isinstance(scope.node, cst.FunctionDef) else None
+            if isinstance(star, cst.Param):
+                out[f"**{star.name.value}"] = "trainer.model"  # read by `Builder.ref` for kwargs["model"]
+            return out
+        if "model" not in scope.params or scope.name not in _TRAINER_HOOKS:
             return {}
         bases = self.c.class_bases.get(scope.klass, ()) if hasattr(self.c, "class_bases") else ()
         if any(b.endswith("Trainer") for b in bases):
             return {"model": "self.model"}
         return {}
+
+    def _is_trainer_callback(self, klass: str, depth: int = 0) -> bool:
+        """`class C(TrainerCallback)` (transformers'), also through a callback class of the same file."""
+        for base in getattr(self.c, "class_bases", {}).get(klass, ()):
+            head, _, rest = base.partition(".")
+            q = self.resolver.names.get(head)
+            q = f"{q}.{rest}" if q and rest else q
+            if base.rsplit(".", 1)[-1] == "TrainerCallback" and (q is None or q.startswith("transformers")):
+                return True
+            if depth < 3 and base in self.c.class_bases and self._is_trainer_callback(base, depth + 1):
+                return True
+        return False
 
     def _assumed_wraps(self, scopes: list[Scope], t: Timeline) -> dict[str, str]:
         """Parameters annotated with an FSDP type (`def train(model: FSDP)`): wrapped on entry."""

@@ -9,7 +9,9 @@ from typing import Optional
 import libcst as cst
 
 from fsdplint.analysis.records import Item, Step
+from fsdplint.apis import api_of
 from fsdplint.collect import Call
+from fsdplint.resolve import dotted
 
 
 class Paths:
@@ -97,9 +99,82 @@ class Paths:
                 return c.scope.node
         return None
 
+    def fsdp_branch(self, step: Step) -> Optional[bool]:
+        """Whether the `if`s around this step (and around the calls it was inlined through) ask if FSDP is on:
+        True in a branch that runs only under FSDP (`if trainer.is_fsdp_enabled:`, `if accelerator.distributed_type
+        == DistributedType.FSDP:`, `if self.is_fsdp_enabled():`), False in one that runs only without it
+        (`if not ...:`, `else:`), None when no test says."""
+        for c in self.site_calls(step):
+            for g in c.guards:
+                test = getattr(g.node, "test", None)
+                if test is None or g.branch is None:
+                    continue
+                on = _fsdp_test(test, self.code)
+                if on is not None:
+                    return on if g.branch == "body" else not on
+        return None
+
     def enclosing_withs(self, step: Step) -> list[cst.BaseExpression]:
         """With-items around this step, including those around the helper calls it was inlined through."""
         return [w for c in self.site_calls(step) for w in c.withs]
+
+    def full_state_dict_context(self, step: Step, entity: Optional[str], timeline) -> Optional[cst.Call]:
+        """The `with FSDP.state_dict_type(m, StateDictType.FULL_STATE_DICT, ...)` around this step (also through
+        a name, `ctx = FSDP.state_dict_type(...)`; `with ctx:`) whose module is this step's model, if any.
+
+        FSDP1's API on the model is the script's own word that the model is FSDP1-wrapped there (by
+        accelerate or the Trainer, when the file does not wrap it), and that its `state_dict()` inside the
+        context all-gathers every unit (torch.distributed.fsdp.FullyShardedDataParallel.state_dict_type)."""
+        if entity is None:
+            return None
+        segments = re.findall(r"[^:]+@[\d.]+:", step.prefix)
+        root = step.prefix[: step.prefix.index(segments[0])] if segments else step.prefix
+        for i, site in enumerate(self.site_calls(step) if step.call is not None else ()):
+            # The names of an outer helper's `with` read in that helper's own inlined call.
+            at = step if i == 0 else Step(site, root + "".join(segments[: len(segments) - i]), {})
+            for w in site.withs:
+                expr = w
+                for _ in range(3):
+                    d = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+                    if d is None:
+                        break
+                    expr = self.binding(d, site.scope)
+                if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+                        and expr.func.attr.value == "state_dict_type"):
+                    continue
+                if api_of(self.resolver.qualify(expr.func.value)) != "FSDP1":
+                    continue
+                args = [a for a in expr.args if a.keyword is None]
+                kind = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "state_dict_type"),
+                            args[1].value if len(args) > 1 else None)
+                module = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "module"),
+                              args[0].value if args else None)
+                if kind is None or module is None or "FULL_STATE_DICT" not in self.code(kind):
+                    continue
+                r = self.ref(module, at)
+                if r is not None and not r.child and timeline.find(r.key) == entity:
+                    return expr
+        return None
+
+
+# A test whose truth is "FSDP is on": the Trainer's / a helper's flag, accelerate's distributed type, the plugin.
+_FSDP_ON = re.compile(
+    r"^(\w+\.)*is_fsdp_enabled(\(\))?$|^(\w+\.)*distributed_type==(\w+\.)*DistributedType\.FSDP$|"
+    r"^getattr\((\w+\.)*state,[\"']fsdp_plugin[\"'],None\)isnotNone$|^(\w+\.)*state\.fsdp_pluginisnotNone$")
+
+
+def _fsdp_test(test: cst.BaseExpression, code) -> Optional[bool]:
+    """True when `test` holds exactly when FSDP is on, False when exactly when it is off, else None."""
+    positive = True
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, positive = test.expression, not positive
+    text = _norm(code(test))
+    if _FSDP_ON.match(text):
+        return positive
+    off = text.replace("!=", "==", 1) if "!=DistributedType.FSDP" in text else None
+    if off is not None and _FSDP_ON.match(off):
+        return not positive
+    return None
 
 
 def _norm(text: str) -> str:

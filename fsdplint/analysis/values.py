@@ -459,6 +459,54 @@ class Values:
         walk(self.module.body)
         return nodes
 
+    def value_conditions(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], wanted,
+                         depth: int = 0) -> Optional[list[tuple[cst.BaseExpression, bool]]]:
+        """The `if` tests under which `expr` holds a value that `wanted(value)` accepts, as (test, holds)
+        pairs: `device_map = None` / `if args.quantize: device_map = "auto"` gives [(args.quantize, True)].
+        None when no path gives such a value, or when the paths cannot be told (an assignment in a loop, a
+        later reassignment under nested `if`s); [] when it holds on every path."""
+        if expr is None or depth > 4:
+            return None
+        if isinstance(expr, cst.IfExp):
+            t = self.truth(expr.test, scope, depth + 1)
+            for branch, holds in ((expr.body, True), (expr.orelse, False)):
+                if holds in t or UNKNOWN in t:
+                    sub = self.value_conditions(branch, scope, wanted, depth + 1)
+                    if sub is not None:
+                        return ([] if t == {holds} else [(expr.test, holds)]) + sub
+            return None
+        if not isinstance(expr, cst.Name) or expr.value in ("True", "False", "None"):
+            return None if not any(_accepts(wanted, v) for v in self.values(expr, scope, depth + 1)) else []
+        for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+            vals = s.assigns.get(expr.value)
+            if not vals:
+                if s is not self.c.module_scope and expr.value in s.params:
+                    return [] if any(_accepts(wanted, v) for v in self._param_values(s, expr.value, depth)) else None
+                continue
+            live = self._live_assignments(vals) if self.env is not None else vals
+            body = s.node if isinstance(s.node, cst.FunctionDef) else (self.module if s is self.c.module_scope else None)
+            if body is None:
+                return None
+            for i, (_, v) in enumerate(live):
+                inner = self.value_conditions(v, s, wanted, depth + 1) if isinstance(v, cst.IfExp) else (
+                    [] if any(_accepts(wanted, x) for x in self.values(v, s, depth + 1)) else None)
+                if inner is None:
+                    continue
+                path = _if_path(body, v)
+                if path is None:
+                    return None
+                out = [(node.test, branch == "body") for node, branch in path] + inner
+                for _, later in live[i + 1:]:
+                    # A later assignment replaces the value on its own path: the value holds when that path is not taken.
+                    lpath = _if_path(body, later)
+                    if lpath is None or len(lpath) != 1 or any(_accepts(wanted, x) for x in self.values(later, s, depth + 1)):
+                        return None
+                    node, branch = lpath[0]
+                    out.append((node.test, branch != "body"))
+                return out
+            return None
+        return None
+
     def call_for(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], api: str) -> Optional[Call]:
         """The `api(...)` call `expr` evaluates to, following simple name bindings."""
         for _ in range(4):
@@ -547,8 +595,60 @@ class Values:
                 for ds in call.scope.dict_sets + self.c.module_scope.dict_sets:
                     if ds.target == star.value and ds.key == name and ds.seq < call.seq:
                         return ds.value
+                # `kwargs.update(name=v)` / `kwargs.update({"name": v})`; an update the file does not spell out
+                # may hold it.
+                for c in call.scope.calls:
+                    if c.method != "update" or dotted(c.receiver) != star.value or c.seq >= call.seq:
+                        continue
+                    for arg in c.node.args:
+                        if arg.keyword is not None and arg.keyword.value == name:
+                            return arg.value
+                        if arg.keyword is None and isinstance(arg.value, cst.Dict) and arg.star == "":
+                            for e in arg.value.elements:
+                                if not isinstance(e, cst.DictElement) or not isinstance(e.key, cst.SimpleString):
+                                    hidden = True
+                                elif e.key.evaluated_value == name:
+                                    return e.value
+                        elif arg.keyword is None:
+                            hidden = True
         return UNKNOWN if hidden else None
 
+
+
+def _accepts(wanted, v: Any) -> bool:
+    try:
+        return v is not UNKNOWN and bool(wanted(v))
+    except Exception:
+        return False
+
+
+def _if_path(root: cst.CSTNode, value: cst.BaseExpression) -> Optional[list[tuple[cst.If, str]]]:
+    """The (If, branch) pairs around the assignment of `value` in `root` (a function or module), outermost
+    first; None when it is not found or sits in a loop, `with`, `try` or nested function (paths not told)."""
+    def walk(body, stack):
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None and (
+                            small.value is value or (isinstance(small.value, (cst.Tuple, cst.List)) and any(
+                                e.value is value for e in small.value.elements))):  # `a, b = None, None`
+                        return stack
+            elif isinstance(stmt, cst.If):
+                hit = walk(stmt.body.body, stack + [(stmt, "body")])
+                if hit is not None:
+                    return hit
+                orelse = stmt.orelse
+                if isinstance(orelse, cst.If):
+                    hit = walk([orelse], stack + [(stmt, "orelse")])
+                elif isinstance(orelse, cst.Else):
+                    hit = walk(orelse.body.body, stack + [(stmt, "orelse")])
+                if hit is not None:
+                    return hit
+        return None
+
+    body = root.body.body if isinstance(root, cst.FunctionDef) and isinstance(root.body, cst.IndentedBlock) else (
+        root.body if isinstance(root, cst.Module) else [])
+    return walk(body, [])
 
 
 def _hashable(v: Any) -> Any:
