@@ -458,6 +458,23 @@ SCORER = """
 """
 
 
+def test_a_folder_without_markers_is_linted_as_one_project(tmp_path, monkeypatch):
+    """`fsdplint check DIR` on a script folder with no pyproject/setup/.git: its modules import each other,
+    so the pre-wrap model handed to the other module's class is followed there."""
+    write(tmp_path, {"scorer.py": SCORER, "train.py": """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from scorer import Scorer
+
+        fsdp_model = FSDP(model, auto_wrap_policy=policy)
+        train(fsdp_model)
+        scorer = Scorer(model, tokenizer)
+    """})
+    monkeypatch.chdir(tmp_path)
+    found = run(tmp_path, str(tmp_path), cache=False)
+    rows = [(Path(f["filename"]).name, f["location"]["row"]) for f in found if f["code"] == "FSDP018"]
+    assert rows == [("train.py", 6)]
+
+
 def test_the_wrapped_model_handed_on_is_not_stale(project):
     write(project, {"scorer.py": SCORER, "train.py": """
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

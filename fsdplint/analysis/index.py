@@ -490,13 +490,20 @@ _PROJECTS: dict[tuple, Project] = {}
 _ROOTS: dict[Path, Optional[Path]] = {}
 
 
-def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True) -> Optional[Project]:
-    """The project `path` belongs to (None outside any project or for stdin without a file name)."""
+def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True,
+                linted_dir: Optional[str] = None) -> Optional[Project]:
+    """The project `path` belongs to (None outside any project or for stdin without a file name). A folder
+    linted as a whole (`fsdplint check DIR`) with no project marker above it is the project: its modules
+    import each other as a script folder's do."""
     if path is None:
         return None
     try:
         d = path.parent.resolve()
         root = _ROOTS[d] if d in _ROOTS else _ROOTS.setdefault(d, find_root(path))
+        if root is None and linted_dir is not None:
+            top = Path(linted_dir).resolve()
+            if d == top or top in d.parents:
+                root = top
     except OSError:
         return None
     if root is None:
