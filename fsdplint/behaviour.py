@@ -209,6 +209,31 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "_inner_training_loop (\"Update the references\": `self.callback_handler.model = self.model`)",
         unverified="the 4.x trainer.py read had no version number",
     ),
+    Behaviour(
+        "peft_leaf_safe_toggles", "peft",
+        "peft's adapter toggles (set_adapter, enable/disable_adapter_layers, disable_adapter()) set requires_grad "
+        "on leaf tensors only and skip the rest, so inside an FSDP1 use_orig_params=True unit's forward (non-leaf "
+        "views) they no longer raise; the user's own `p.requires_grad = ...` there still does.",
+        since="0.19.0",
+        before="the toggles call `layer.requires_grad_(...)` on every adapter module, which raises \"you can only "
+               "change requires_grad flags of leaf variables\" on the views of a running FSDP1 unit",
+        read="peft 0.21.2 src/peft/utils/other.py `_set_layer_requires_grad` (peft#3001, commit 8695f0f); peft "
+             "0.15.2 src/peft/tuners/tuners_utils.py (`layer.requires_grad_(...)` in enable_adapters/set_adapter)",
+        unverified="the first release (0.19.0) is the first tag containing commit 8695f0f; 0.16-0.18 not read",
+    ),
+    Behaviour(
+        "trl_ref_adapter_under_no_grad", "trl",
+        "with ref_model=None and a PEFT model, DPOTrainer computes the reference log-probs with the policy's "
+        "adapters switched (disable_adapter(), or set_adapter to ref_adapter_name / the \"ref\" adapter and back), "
+        "outside the model's forward and under torch.no_grad(): on FSDP1 (both use_orig_params settings) and "
+        "FSDP2 this only changes which adapter the next forward uses (measured harmless, FSDP114).",
+        since=None,
+        read="trl v0.15.0, v0.17.0, v0.20.0 trainer/dpo_trainer.py (`null_ref_context` inside `with torch.no_grad()` "
+             "of `compute_ref_log_probs`: `self.model.set_adapter(self.ref_adapter_name)` / "
+             "`unwrap_model(self.model).disable_adapter()`); v0.29.0 and v1.9.0 (`use_adapter(unwrapped_model, ...)` "
+             "under `torch.no_grad()`, trainer/utils.py)",
+        unverified="trl releases before 0.15.0 were not read",
+    ),
 )}
 
 # The TrainerCallback methods CallbackHandler calls with the Trainer's model (transformers 5.24.0

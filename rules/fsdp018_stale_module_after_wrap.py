@@ -1,3 +1,6 @@
+import libcst as cst
+
+from fsdplint.analysis.builder import HOLDERS
 from fsdplint.findings import Severity
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
@@ -24,8 +27,12 @@ class StaleModuleAfterWrap(Rule):
     a model had before FSDP1 wrapped it under another name: `fsdp_model = FSDP(model)` then
     `model.generate(...)`; `wrapped = accelerator.prepare(model)` then `model.save_pretrained(...)`
     (FSDP1 launch); `trainer = Trainer(model=model, ...)`, `trainer.train()` then
-    `model.save_pretrained(...)` or `model.generate(...)` (FSDP1 launch). `generate()` after a direct wrap is
-    FSDP108's finding.
+    `model.save_pretrained(...)` or `model.generate(...)` (FSDP1 launch). The Trainer may be a subclass
+    (`class MyTrainer(Trainer)`, here or in another module) given the model positionally, and the name an
+    attribute (`self.model` of a class whose `fit()` trains it and whose `sample()` generates). Also the
+    pre-wrap name handed to a class of the project that keeps it (`self.lm = lm` in `__init__`) and calls
+    it or its `generate()` in a method — an evaluation adaptor built after training. `generate()` after a
+    direct wrap is FSDP108's finding.
 
     ## Why is this bad?
     FSDP1 does not copy the model: the wrapper owns the same submodules, and after wrapping their
@@ -60,10 +67,11 @@ class StaleModuleAfterWrap(Rule):
     stale name; its sharded generate/save are FSDP108/FSDP402.
 
     ## References
-    - pytorch#111958; pytorch#100069 ("'weight' must be 2-D")
+    - pytorch#111958 (lm-eval adaptor given the pre-wrap model after `trainer.train()`); pytorch#100069
+      ("'weight' must be 2-D"); transformers#32285 (`self.model.generate` after a Trainer `fsdp="full_shard"`)
     - transformers src trainer.py ("self.model is the Transformers Model except when we are using FSDP")
     """
-    references = ("pytorch#111958", "pytorch#100069")
+    references = ("pytorch#111958", "pytorch#100069", "transformers#32285")
 
     VALID = [
         # The wrapped object is used, inside a full-parameter context.
@@ -116,6 +124,60 @@ class StaleModuleAfterWrap(Rule):
         sample = model.generate(**inputs)
         fsdp_model = FSDP(model)
         """,
+        # The evaluation object gets the trainer's wrapped model, not the pre-wrap name.
+        Valid(
+            """
+            from transformers import Trainer
+
+            class Scorer:
+                def __init__(self, lm):
+                    self.lm = lm
+
+                def score(self, ids):
+                    return self.lm(ids).logits
+
+            trainer = Trainer(model=model, args=args, train_dataset=ds)
+            trainer.train()
+            scorer = Scorer(trainer.model_wrapped)
+            """,
+            options={"accelerate_config": _YAML_FSDP1},
+        ),
+        # A class that keeps the pre-wrap model but only reads its config calls nothing on the shards.
+        Valid(
+            """
+            from transformers import Trainer
+
+            class Card:
+                def __init__(self, lm):
+                    self.lm = lm
+
+                def text(self):
+                    return str(self.lm.config)
+
+            trainer = Trainer(model=model, args=args, train_dataset=ds)
+            trainer.train()
+            card = Card(model)
+            """,
+            options={"accelerate_config": _YAML_FSDP1},
+        ),
+        # transformers >= 5.10: TrainingArguments(fsdp=...) means FSDP2, which shards the model in place.
+        Valid(
+            """
+            from transformers import Trainer, TrainingArguments
+
+            class Job:
+                def __init__(self, model):
+                    self.model = model
+
+                def fit(self, data):
+                    trainer = Trainer(self.model, TrainingArguments("out", fsdp="full_shard"), train_dataset=data)
+                    trainer.train()
+
+                def sample(self, ids):
+                    return self.model.generate(ids, max_new_tokens=8)
+            """,
+            target={"transformers": "5.24.0"},
+        ),
         # No FSDP: the Trainer's model is the user's model.
         """
         from transformers import Trainer, TrainingArguments
@@ -167,6 +229,49 @@ class StaleModuleAfterWrap(Rule):
             options={"accelerate_config": _YAML_FSDP1},
             line=7,
         ),
+        # A class holds the model; a Trainer subclass trains it (model passed positionally) under
+        # TrainingArguments(fsdp=...), which means FSDP1 before transformers 5.10; another method samples.
+        Invalid(
+            """
+            from transformers import Trainer, TrainingArguments
+
+            class KeepColumnsTrainer(Trainer):
+                pass
+
+            class Job:
+                def __init__(self, model):
+                    self.model = model
+
+                def fit(self, data):
+                    args = TrainingArguments("out", fsdp="full_shard", save_strategy="no")
+                    trainer = KeepColumnsTrainer(self.model, args, train_dataset=data)
+                    trainer.train()
+
+                def sample(self, ids):
+                    return self.model.generate(ids, max_new_tokens=8)
+            """,
+            target={"transformers": "4.46.0"},
+            line=16,
+        ),
+        # The pre-wrap model handed to an evaluation class that runs its forward.
+        Invalid(
+            """
+            from transformers import Trainer
+
+            class Scorer:
+                def __init__(self, lm):
+                    self.lm = lm
+
+                def score(self, ids):
+                    return self.lm(ids).logits
+
+            trainer = Trainer(model=model, args=args, train_dataset=ds)
+            trainer.train()
+            scorer = Scorer(model)
+            """,
+            options={"accelerate_config": _YAML_FSDP1},
+            line=12,
+        ),
     ]
 
     def check(self, ctx) -> None:
@@ -198,6 +303,61 @@ class StaleModuleAfterWrap(Rule):
                         "trainer.save_model(), or accelerator.get_state_dict(wrapped).",
                     )
                     break
+            self._check_handed_on(ctx, a, t, stale)
+
+    def _check_handed_on(self, ctx, a, t, stale) -> None:
+        """The pre-wrap name passed to a class of the project that keeps it (`self.model = model`) and calls it
+        or its generate() in a method: an evaluation adaptor built after training runs on the shards."""
+        for key, wrap_step, how in stale:
+            name = key.rsplit(":", 1)[-1]
+            for step in t.steps[wrap_step.order + 1:]:
+                call = step.call
+                if call is None or _rebound(a, t, key, wrap_step, step):
+                    continue
+                found = a.project_class(call)
+                if found is None:
+                    continue
+                for i, arg in enumerate(call.node.args):
+                    if arg.star or dotted(arg.value) != name or step.key(name) != key:
+                        continue
+                    use = _kept_and_called(found[0], found[1], i, arg.keyword.value if arg.keyword else None)
+                    if use is None:
+                        continue
+                    method, what = use
+                    ctx.report(
+                        call.node,
+                        f"`{name}`, the model's name from before {how} (line {ctx.line(wrap_step.item.node)}), is handed "
+                        f"to {found[1]}, whose {method}() calls {what} on it: FSDP1 shares these submodules and their "
+                        "parameters are now this rank's flat shards, gathered only inside the wrapper's forward, so "
+                        "that call runs on shards ('weight' must be 2-D). Hand it the wrapped model (trainer.model_wrapped "
+                        "/ the FSDP object, on every rank, under FSDP.summon_full_params for generate), or evaluate a "
+                        "FULL_STATE_DICT checkpoint in a process without FSDP.",
+                    )
+                    break
+
+
+def _kept_and_called(c, klass: str, index: int, keyword) -> "tuple[str, str] | None":
+    """(method, what) when `klass.__init__` stores its parameter (by position `index` or `keyword`) as `self.X` and
+    a method of the class calls `self.X(...)` or `self.X.generate(...)`."""
+    init = c.methods.get((klass, "__init__"))
+    if init is None:
+        return None
+    params = init.params[1:] if init.params[:1] == ["self"] else init.params
+    param = keyword if keyword is not None else (params[index] if index < len(params) else None)
+    if param is None or param not in params:
+        return None
+    attrs = {item.target for item in init.attr_sets
+             if item.key is None and item.target.startswith("self.") and item.target.count(".") == 1
+             and isinstance(item.value, cst.Name) and item.value.value == param}
+    for (k, meth), scope in c.methods.items():
+        if k != klass or meth == "__init__":
+            continue
+        for call in scope.calls:
+            if call.func in attrs:
+                return meth, f"`{call.func}(...)` (its forward)"
+            if call.method == "generate" and call.receiver is not None and dotted(call.receiver) in attrs:
+                return meth, f"`{dotted(call.receiver)}.generate(...)`"
+    return None
 
 
 def _stale_names(a, t, fsdp1_launch):
@@ -218,11 +378,29 @@ def _stale_names(a, t, fsdp1_launch):
             how = "FullyShardedDataParallel" if call.api == "FSDP1" else "accelerator.prepare"
             out.append((step.key(src), step, how))
         elif fsdp1_launch and call.method == "train" and a.is_trainer(call.receiver):
-            for tc in a.calls("Trainer"):
-                m = tc.kw("model")
-                src = dotted(m) if m is not None else None
-                if src and "." not in src:
-                    out.append((step.key(src), step, "trainer.train()"))
+            for src in _trainer_models(a, call):
+                out.append((a._target_key(step, src), step, "trainer.train()"))
+    return out
+
+
+def _trainer_models(a, train_call) -> list[str]:
+    """The names of the models a `trainer.train()` trains: the `model` argument (keyword, or first positional as
+    in `Trainer(model, args, ...)`) of the constructor bound to the receiver, when that constructor is a Trainer
+    (transformers/trl, or a class named `...Trainer`: a subclass); else of every Trainer call in the file.
+    A plain name or an attribute of a holder (`self.model`)."""
+    d = dotted(train_call.receiver)
+    bound = a.binding(d, train_call.scope) if d else None
+    ctor = a.call_at(bound) if isinstance(bound, cst.Call) else None
+    if ctor is not None and (ctor.api == "Trainer" or (ctor.func or "").rsplit(".", 1)[-1].endswith("Trainer")):
+        ctors = [ctor]
+    else:
+        ctors = a.calls("Trainer")
+    out = []
+    for tc in ctors:
+        m = tc.kw("model") if tc.kw("model") is not None else (tc.arg(0) if tc.node.args and not tc.node.args[0].keyword else None)
+        src = dotted(m) if m is not None else None
+        if src and ("." not in src or (src.count(".") == 1 and src.split(".")[0] in HOLDERS)):
+            out.append(src)
     return out
 
 

@@ -1,5 +1,8 @@
 import libcst as cst
 
+from fsdplint.resolve import dotted
+
+from fsdplint.behaviour import BEHAVIOURS
 from fsdplint.collect import AttrSet
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
@@ -14,8 +17,8 @@ class AdapterToggleAfterWrap(Rule):
     sides = "S"
     summary = (
         "`set_adapter(...)` or a by-name `requires_grad` flip on a model already wrapped by FSDP1 with "
-        "use_orig_params=False (the FlatParameters keep the trainability they had at wrap time), or inside the "
-        "forward of a use_orig_params=True unit (non-leaf views)"
+        "use_orig_params=False (the FlatParameters keep the trainability they had at wrap time), or requires_grad "
+        "changes inside the forward of a use_orig_params=True model (non-leaf views, or a second pass after the flip)"
     )
     versions = {"torch": ">=2.0"}
     doc = """
@@ -23,9 +26,16 @@ class AdapterToggleAfterWrap(Rule):
     Finds, after a model was wrapped with `FullyShardedDataParallel(..., use_orig_params=False)` (the
     default; or prepared by accelerate under an FSDP1 launch with `fsdp_use_orig_params: false`):
     `model.set_adapter(name)` outside `torch.no_grad()`, and loops over `model.named_parameters()` that set
-    `requires_grad` on the parameters whose name matches (`if "lora" in n: p.requires_grad = True`). Also
-    `requires_grad` flips (and, on peft < 0.19.0, peft's adapter toggles) inside a module's `forward()` when
-    `FSDP(model, use_orig_params=True)` wraps the whole model as one unit.
+    `requires_grad` on the parameters whose name matches (`if "lora" in n: p.requires_grad = True`).
+
+    Inside the `forward()` of a model wrapped with `FSDP(model, use_orig_params=True)` (a class of this file,
+    or one of the classes the wrapped module is built from, in another module of the project):
+    - no auto-wrap policy (one unit holds everything): `requires_grad` flips, and on peft < 0.19.0 peft's
+      adapter toggles;
+    - with an auto-wrap policy: a `requires_grad` change (`set_adapter`, `disable_adapter_layers`,
+      `requires_grad_()`, a flip over `self.x.named_parameters()`) after a gradient-tracking pass through
+      that submodule (`self.x(...)`) that is still in place when forward returns (no
+      `enable_adapter_layers()` after it).
 
     ## Why is this bad?
     With `use_orig_params=False`, FSDP1 flattens each unit's parameters into one `FlatParameter`; its
@@ -38,19 +48,34 @@ class AdapterToggleAfterWrap(Rule):
     small Llama, gloo on CPU; with `use_orig_params=True` and with FSDP2 the same code trains the new
     adapter).
 
-    Inside `forward()`, the other way round: with `use_orig_params=True` the parameters of the unit whose
-    forward is running are views of the gathered FlatParameter, not leaves, so flipping their
-    `requires_grad` raises `RuntimeError: you can only change requires_grad flags of leaf variables`
-    (peft#2977). The rule reports it where it is certain: a `requires_grad` flip, or a peft adapter toggle
-    on peft < 0.19.0, inside a `forward()` method of a script that wraps with `FSDP(model,
-    use_orig_params=True)` and no auto-wrap policy (one unit holds everything). Measured: the flip raises
-    when the toggled parameters sit in the running unit, and passes when a layer policy put them in
-    sharded units of their own.
+    Inside `forward()` with `use_orig_params=True`, what breaks depends on where the toggled parameters sit
+    (measured with torch 2.13, FSDP1 FULL_SHARD on 2 gloo ranks, a LoRA model, peft 0.15.2 and 0.21.2;
+    `bench/fsdp114_cpu_check.py` in fsdplint's repository):
+    - In the unit whose forward is running (the whole model as one unit, or LoRA layers a policy left in
+      the root unit): its parameters are views of the gathered FlatParameter, not leaves. The first flip
+      raises `RuntimeError: you can only change requires_grad flags of leaf variables` (peft#2977, and
+      peft#1442, whose traceback runs through FSDP's forward). peft 0.15.2's `disable_adapter()`,
+      `set_adapter()` and `enable/disable_adapter_layers()` raise; peft 0.21.2's pass (they skip non-leaf
+      tensors, peft#3001); a user's `p.requires_grad = ...` raises on both.
+    - In nested units (a layer policy): their parameters are leaves while the outer forward runs, so a flip
+      goes through. A flip before the passes, a `with model.disable_adapter():` pass, a disable that is
+      enabled again before forward returns, and a pass under `torch.no_grad()` all train normally. But a
+      flip after a gradient-tracking pass that is left in place (the encoder/decoder forward of peft#2977
+      ends with `disable_adapter_layers()`) fails at backward with `AssertionError: Invalid:
+      ``_post_backward_hook_state``` (FSDP1 registered the unit's post-backward hook for the FlatParameter's
+      `requires_grad` at that pass and checks it against the current one in `_post_backward_hook`), on peft
+      0.15.2 and 0.21.2 alike.
 
-    Toggling adapters for a forward pass that needs no gradient is fine: `with model.disable_adapter():`,
-    `disable_adapter_layers()` / `enable_adapter_layers()` and `set_adapter` under `torch.no_grad()` (the
-    DPO/ORPO reference-model trick) only switch which adapter the forward uses — measured to give the base
-    model's logits under FSDP1 (both settings) and FSDP2.
+    Not reported, because measured harmless in every combination above (peft 0.15.2 and 0.21.2; FSDP1 with
+    use_orig_params=True under one unit, a layer policy and peft's `fsdp_auto_wrap_policy`, and with
+    use_orig_params=False under peft's policy, the one that can wrap a LoRA model then): toggles in
+    the training step, outside `forward()` — `with model.disable_adapter():` reference passes,
+    `disable_adapter_layers()` / `enable_adapter_layers()`, and `set_adapter` to a reference adapter and back
+    under `torch.no_grad()`. They only switch which adapter the next forward uses. This is also how trl's
+    DPOTrainer uses a PEFT model as its own reference (`ref_model=None`, `ref_adapter_name`: trl 0.15-0.20
+    `null_ref_context`, trl 0.29+ `use_adapter`, both under `torch.no_grad()` outside the forward). peft#2692
+    states that `disable_adapter()` outside forward raises on `FSDP(peft_model, use_orig_params=True)`; that
+    did not reproduce with torch 2.13 (outside forward the sharded parameters are leaf `nn.Parameter`s).
 
     ## Example
     ```python
@@ -66,7 +91,7 @@ class AdapterToggleAfterWrap(Rule):
     `use_orig_params=True` (measured: after `set_adapter("second")` the second adapter's gradients are
     reduced and equal on 2 gloo ranks), or use FSDP2 (`fully_shard`), where `requires_grad` is read again at
     every unshard (`FSDPParam.to_unsharded`). Toggle outside `forward()` (in the training step, before calling
-    the wrapped model).
+    the wrapped model), and run a pass that needs no gradient under `torch.no_grad()`.
 
     ## Fix safety
     No automatic fix: moving the toggle before wrapping changes the training schedule.
@@ -74,11 +99,13 @@ class AdapterToggleAfterWrap(Rule):
     ## Versions
     Every torch with FSDP1. peft < 0.19.0 toggles (`set_adapter`, `enable/disable_adapter_layers`,
     `disable_adapter()`) call `requires_grad_()` on every adapter parameter; peft#3001 (0.19.0) skips
-    non-leaf ones, so from 0.19.0 only the user's own flips inside `forward()` raise.
+    non-leaf ones, so from 0.19.0 only the user's own flips inside a running unit's forward raise there. A
+    flip left in place after a pass fails on every peft version measured (0.15.2, 0.21.2).
 
     ## References
     - peft#1442 (FSDP + `disable_adapter`), peft#2977 (`enable/disable_adapter_layers` under FSDP), peft#3001
     - torch src torch/distributed/fsdp/_flat_param.py, _fully_shard/_fsdp_param.py
+    - trl src trainer/dpo_trainer.py (`null_ref_context`, `use_adapter`)
     """
     references = ("peft#1442", "peft#2977", "peft#3001")
 
@@ -165,8 +192,67 @@ class AdapterToggleAfterWrap(Rule):
             ref = model(**batch)
             model.set_adapter("default")
         """,
+        # A layer policy; the pass that needs no gradient runs under no_grad, so only one pass tracks gradients.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Distill(torch.nn.Module):
+            def forward(self, x):
+                with torch.no_grad():
+                    teacher = self.lm(inputs_embeds=x).logits
+                self.lm.disable_adapter_layers()
+                return self.lm(inputs_embeds=x).logits - teacher
+
+        model = FSDP(Distill(lm), auto_wrap_policy=policy, use_orig_params=True)
+        """,
+        # Disabled for a second pass and enabled again before forward returns.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Contrast(torch.nn.Module):
+            def forward(self, x):
+                tuned = self.lm(inputs_embeds=x).logits
+                self.lm.disable_adapter_layers()
+                base = self.lm(inputs_embeds=x).logits
+                self.lm.enable_adapter_layers()
+                return tuned - base
+
+        model = FSDP(Contrast(lm), auto_wrap_policy=policy, use_orig_params=True)
+        """,
+        # trl's DPOTrainer with the policy's own frozen adapter as the reference: it switches adapters under
+        # torch.no_grad() outside the forward (behaviour.py trl_ref_adapter_under_no_grad).
+        Valid(
+            """
+            from trl import DPOConfig, DPOTrainer
+            args = DPOConfig("out", model_adapter_name="policy", ref_adapter_name="frozen_sft")
+            trainer = DPOTrainer(model=peft_model, ref_model=None, args=args, train_dataset=pairs)
+            trainer.train()
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+                                          "  fsdp_use_orig_params: false\n"},
+        ),
     ]
     INVALID = [
+        # Adapters disabled after a gradient-tracking pass and left disabled when forward returns.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            class ReadThenWrite(torch.nn.Module):
+                def forward(self, x):
+                    self.lm.set_adapter("reader")
+                    notes = self.lm(inputs_embeds=x, output_hidden_states=True).hidden_states[-1]
+                    self.lm.disable_adapter_layers()
+                    return self.lm(inputs_embeds=notes)
+
+            model = FSDP(ReadThenWrite(lm), auto_wrap_policy=policy, use_orig_params=True)
+            """,
+            target={"peft": "0.21.2"},
+            line=8,
+        ),
         Invalid(
             """
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -279,28 +365,66 @@ class AdapterToggleAfterWrap(Rule):
 
     def _check_in_forward(self, ctx) -> None:
         """Toggles inside `forward()` when one FSDP1 unit with use_orig_params=True holds every parameter: during
-        that unit's forward its parameters are views of the gathered FlatParameter, not leaves."""
+        that unit's forward its parameters are views of the gathered FlatParameter, not leaves. The forwards are
+        this file's and those of the wrapped model's classes in other modules of the project."""
         a = ctx.analysis
+        self._check_between_passes(ctx)
         single = [c for c in a.calls("FSDP1") if _single_unit_orig_params(a, c)]
         if not single:
             return
         old_peft = ctx.version("peft") < PEFT_LEAF_SAFE_TOGGLES
-        for scope in a.c.scopes:
-            if scope.name != "forward" or scope.klass is None:
+        own = [s for s in a.c.scopes if s.name == "forward" and s.klass is not None]
+        foreign = [(c, s) for c, s in _wrapped_forwards(a, single[0]) if c is not a.c]
+        for scope in own:
+            self._scan_forward(ctx, scope, single[0], old_peft)
+        for c, scope in foreign:
+            self._scan_forward(ctx, scope, single[0], old_peft, where=_where(a, c, scope))
+
+    def _check_between_passes(self, ctx) -> None:
+        """FSDP1 with use_orig_params=True and an auto-wrap policy: inside the wrapped model's forward(), a
+        requires_grad change after a gradient-tracking pass through a submodule, left in place. The nested units'
+        parameters are leaves then, so the flip goes through, but the post-backward hook FSDP registered at that
+        pass expects the requires_grad it saw, and backward fails."""
+        a = ctx.analysis
+        for wrap in a.calls("FSDP1"):
+            kws = a.keywords(wrap)
+            if kws is None or "auto_wrap_policy" not in kws or kws.get("use_orig_params") is None \
+                    or a.value(kws["use_orig_params"], wrap.scope) is not True:
                 continue
-            for call in scope.calls:
-                if call.receiver is None:
+            for c, scope in _wrapped_forwards(a, wrap):
+                hit = _flip_between_passes(scope)
+                if hit is None:
                     continue
-                if call.method in _PEFT_TOGGLES and old_peft:
-                    what = f"{call.method}() (peft {ctx.version('peft').describe()} flips requires_grad on the adapters)"
-                elif call.method == "requires_grad_":
-                    what = "requires_grad_()"
-                else:
-                    continue
-                self._report_in_forward(ctx, call.node, what, single[0])
-            for item in scope.attr_sets:
-                if item.target.endswith(".requires_grad") and item.key is None:
-                    self._report_in_forward(ctx, item.value, "Setting requires_grad", single[0])
+                node, attr, what = hit
+                where = _where(a, c, scope)
+                ctx.report(
+                    node if c is a.c else wrap.node,
+                    f"{what}{where} changes requires_grad after a pass through `{attr}` in forward() and leaves it changed, while "
+                    f"FSDP1 with use_orig_params=True and an auto-wrap policy wraps the model (line "
+                    f"{ctx.line(wrap.node)}): FSDP registered that pass's post-backward hooks for the requires_grad it "
+                    "had, and backward then fails on parameters whose requires_grad changed (AssertionError: Invalid: "
+                    "``_post_backward_hook_state``; measured with peft 0.15.2 and 0.21.2). Choose the adapters and "
+                    "requires_grad in the training step, before calling the wrapped model, or run the pass that needs "
+                    "no gradient under torch.no_grad().",
+                )
+                break
+
+    def _scan_forward(self, ctx, scope, wrap, old_peft, where: str = "") -> None:
+        foreign = bool(where)
+        for call in scope.calls:
+            if call.receiver is None:
+                continue
+            if call.method in _PEFT_TOGGLES and old_peft:
+                what = f"{call.method}() (peft {ctx.version('peft').describe()} flips requires_grad on the adapters)"
+            elif call.method == "requires_grad_":
+                what = "requires_grad_()"
+            else:
+                continue
+            self._report_in_forward(ctx, wrap.node if foreign else call.node, what + where, wrap)
+        for item in scope.attr_sets:
+            if item.target.endswith(".requires_grad") and item.key is None:
+                self._report_in_forward(ctx, wrap.node if foreign else item.value, "Setting requires_grad" + where,
+                                        wrap)
 
     def _report_in_forward(self, ctx, node, what, wrap) -> None:
         ctx.report(
@@ -316,7 +440,73 @@ class AdapterToggleAfterWrap(Rule):
 
 _PEFT_TOGGLES = ("set_adapter", "enable_adapter_layers", "disable_adapter_layers", "disable_adapter", "enable_adapters")
 # peft#3001 (first released in 0.19.0): adapter toggles set requires_grad on leaf parameters only.
-PEFT_LEAF_SAFE_TOGGLES = "0.19.0"
+PEFT_LEAF_SAFE_TOGGLES = BEHAVIOURS["peft_leaf_safe_toggles"].since
+
+
+def _wrapped_forwards(a, wrap) -> list:
+    """(records of the defining file, forward scope) of the classes the FSDP1 call's module is built from:
+    `FSDP(Wrapper(Model(...)))` or `model = Wrapper(Model(...)); FSDP(model)`, classes of this file or of other
+    modules of the project (`from model import Model`)."""
+    arg = wrap.arg(0, "module")
+    d = dotted(arg) if arg is not None else None
+    if d is not None and "." not in d:
+        vals = [v for seq, v in wrap.scope.assigns.get(d, ()) if seq < wrap.seq]
+        arg = vals[-1] if vals else None
+    if not isinstance(arg, cst.Call):
+        return []
+    out, seen = [], set()
+
+    class _Ctors(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            rec = a.call_at(node)
+            found = a.project_class(rec) if rec is not None else None
+            if found is not None and (id(found[0]), found[1]) not in seen:
+                seen.add((id(found[0]), found[1]))
+                fwd = found[0].methods.get((found[1], "forward"))
+                if fwd is not None:
+                    out.append((found[0], fwd))
+
+    arg.visit(_Ctors())
+    return out
+
+
+def _where(a, c, scope) -> str:
+    """` (in file.py, Class.forward)` for code of another module; empty for this file."""
+    if c is a.c:
+        return ""
+    path = a.defined_in(c)
+    return f" (in {path.name if path is not None else 'another module'}, {scope.klass}.forward)"
+
+
+_FLIPS = ("set_adapter", "disable_adapter_layers", "requires_grad_")
+
+
+def _flip_between_passes(scope):
+    """(node, submodule, description) when, in `scope`, requires_grad changes after a gradient-tracking call of
+    `self.X(...)` and is not put back before the method returns: the last adapter toggle after that pass is a
+    disable/switch (not `enable_adapter_layers()`), or a single flip of the user's."""
+    passes = [c for c in scope.calls if c.func and c.func.startswith("self.") and c.func.count(".") == 1
+              and not any(isinstance(w, cst.Call) and (dotted(w.func) or "").endswith(_NO_GRAD) for w in c.withs)]
+    flips = [(c.seq, c.node, f"{c.method}()", dotted(c.receiver), c.method) for c in scope.calls
+             if c.method in _FLIPS + ("enable_adapter_layers",) and c.receiver is not None]
+    for i in scope.attr_sets:
+        it = i.loops[-1].iter if i.loops else None
+        if i.target.endswith(".requires_grad") and i.key is None and isinstance(it, cst.Call) \
+                and isinstance(it.func, cst.Attribute) and it.func.attr.value in ("parameters", "named_parameters"):
+            flips.append((i.seq, i.value, "Setting requires_grad", dotted(it.func.value), "user"))
+    flips.sort(key=lambda f: f[0])
+    for first in passes:
+        after = [f for f in flips if f[0] > first.seq and f[3] is not None
+                 and (f[3] == first.func or f[3].startswith(first.func + "."))]
+        if not after:
+            continue
+        seq, node, what, _, kind = after[-1]
+        if kind == "enable_adapter_layers":
+            continue  # put back
+        if kind in ("user", "requires_grad_") and len(after) > 1:
+            continue  # several flips of the user's: one may restore the other
+        return node, first.func, what
+    return None
 
 
 def _single_unit_orig_params(a, call) -> bool:

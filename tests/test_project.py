@@ -476,3 +476,83 @@ def test_modules_two_hops_away_do_not_crowd_out_a_helper_the_script_calls(projec
     write(project, files)
     found = [f for f in run(project, "train.py", cache=False) if f["code"] == "FSDP401"]
     assert [f["location"]["row"] for f in found] == [9]
+
+
+# -- objects followed into the classes that keep them ----------------------------------------------
+
+SCORER = """
+    class Scorer:
+        def __init__(self, lm, tokenizer):
+            self.lm = lm
+            self.tokenizer = tokenizer
+
+        def loglik(self, ids):
+            return self.lm(ids).logits.log_softmax(-1)
+"""
+
+
+def test_a_folder_without_markers_is_linted_as_one_project(tmp_path, monkeypatch):
+    """`fsdplint check DIR` on a script folder with no pyproject/setup/.git: its modules import each other,
+    so the pre-wrap model handed to the other module's class is followed there."""
+    write(tmp_path, {"scorer.py": SCORER, "train.py": """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from scorer import Scorer
+
+        fsdp_model = FSDP(model, auto_wrap_policy=policy)
+        train(fsdp_model)
+        scorer = Scorer(model, tokenizer)
+    """})
+    monkeypatch.chdir(tmp_path)
+    found = run(tmp_path, str(tmp_path), cache=False)
+    rows = [(Path(f["filename"]).name, f["location"]["row"]) for f in found if f["code"] == "FSDP018"]
+    assert rows == [("train.py", 6)]
+
+
+def test_the_wrapped_model_handed_on_is_not_stale(project):
+    write(project, {"scorer.py": SCORER, "train.py": """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from scorer import Scorer
+
+        fsdp_model = FSDP(model, auto_wrap_policy=policy)
+        train(fsdp_model)
+        scorer = Scorer(fsdp_model, tokenizer)
+    """})
+    assert "FSDP018" not in codes(run(project, "train.py"))
+
+
+TWO_PASS = """
+    import torch
+
+
+    class TwoPass(torch.nn.Module):
+        def __init__(self, lm):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, x):
+            {first}
+            self.lm.disable_adapter_layers()
+            return self.lm(inputs_embeds=hidden)
+"""
+WRAP_TWO_PASS = """
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from two_pass import TwoPass
+
+    model = FSDP(TwoPass(lm), auto_wrap_policy=policy, use_orig_params=True)
+"""
+
+
+@pytest.mark.parametrize("first, reported", [
+    ("hidden = self.lm(inputs_embeds=x).hidden_states[-1]", True),
+    ("with torch.no_grad():\n                hidden = self.lm(inputs_embeds=x).hidden_states[-1]", False),
+])
+def test_adapter_toggle_in_the_forward_of_a_class_of_another_module(project, first, reported):
+    """FSDP114 follows the wrapped module's class into its module: adapters disabled after a gradient-tracking
+    pass, and still disabled at backward, fail FSDP1's post-backward check; after a no_grad pass they do not."""
+    write(project, {"two_pass.py": TWO_PASS.replace("{first}", first), "train.py": WRAP_TWO_PASS})
+    found = [f for f in run(project, "train.py") if f["code"] == "FSDP114"]
+    if reported:
+        assert [f["location"]["row"] for f in found] == [4]
+        assert "two_pass.py" in found[0]["message"]
+    else:
+        assert found == []

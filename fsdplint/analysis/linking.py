@@ -70,6 +70,35 @@ class Linking:
                 self._origins[id(s)] = fm
         return scope, fm
 
+    def project_class(self, call: Call) -> Optional[tuple[Any, str]]:
+        """For `Cls(...)` building an instance of a class defined in this file or in another module of the
+        project: (the records of the file that defines it, the class name); else None. Only read, for rules
+        that follow an object into the class that keeps it: nothing of it joins the timelines."""
+        name = call.func
+        if name is None or call.api is not None or name.startswith("self."):
+            return None
+        if "." not in name and (name in self.c.class_bases or any(k == name for k, _ in self.c.methods)):
+            return self.c, name
+        if self.project is None or self.path is None:
+            return None
+        try:
+            found = None
+            for meth in ("__init__", "forward"):
+                found = found or self.project.resolve(self.path, self._imports(None), f"{name}.{meth}")
+            if found is None:
+                return None
+            fm = self.project.module(found[0])
+        except (OSError, RecursionError):
+            return None
+        if fm is None:
+            return None
+        self.__dict__.setdefault("_class_files", {})[id(fm.collector)] = fm.path
+        return fm.collector, found[1].partition(".")[0]
+
+    def defined_in(self, collector) -> Optional[Any]:
+        """The path of the other module whose records `project_class` returned (None for this file)."""
+        return self.__dict__.get("_class_files", {}).get(id(collector))
+
     def _imports(self, origin) -> list:
         if origin is None:
             imports = self.__dict__.get("_own_imports")
