@@ -115,6 +115,30 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="accelerate v1.6.0 utils/constants.py (FSDP2_PYTORCH_VERSION = \"2.5.1\"), v1.7.0 and 1.15.0 "
              "(\"2.6.0\"); 1.15.0 utils/dataclasses.py and accelerator.py raise for fsdp_version == 2 below it",
     ),
+    Behaviour(
+        "trl_needs_transformers_4", "trl",
+        "trl releases before 0.16 do not import their trainers with transformers 5: trl/import_utils.py reads "
+        "transformers' `_is_package_available(name)` as a bool, and transformers 5 returns a (bool, version) "
+        "tuple, so every optional package looks installed (`from trl import GRPOTrainer` raises "
+        "ModuleNotFoundError: mergekit). A project on such a trl runs transformers 4.",
+        since=None, until="0.16.0",
+        read="trl 0.15.2 trl/import_utils.py and trl/mergekit_utils.py, imported with transformers 5.24.0 "
+             "(utils/import_utils.py `_is_package_available` returns `package_exists, None`): the import fails",
+        unverified="trl 0.16 - 0.26 were not tried (the table claims only releases before 0.16); the first "
+                   "transformers 5 release with the tuple return was not identified (5.0 is assumed)",
+    ),
+    Behaviour(
+        "from_pretrained_distributed_fsdp", "transformers",
+        "from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N)) with N (times "
+        "dp_replicate_size) > 1 applies FSDP2 fully_shard to the model inside from_pretrained "
+        "(maybe_distribute_model -> apply_fully_sharded_data_parallelism): the returned model is sharded.",
+        since=None,
+        read="transformers 5.24.0 modeling_utils.py (from_pretrained pops distributed_config, "
+             "maybe_distribute_model), distributed/configuration_utils.py (fsdp_size, dp_replicate_size: "
+             "\"Applied only when dp_replicate_size * fsdp_size > 1\"), distributed/fsdp.py (fully_shard)",
+        unverified="releases before 5.24 were not read; the keyword exists only in releases that shard with it, "
+                   "so code that passes it needs no version check",
+    ),
     # -- training tools (axolotl, LLaMA-Factory): what the tool builds from its config --------------
     Behaviour(
         "axolotl_qlora_fsdp_storage", "axolotl",
@@ -168,6 +192,14 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
 )}
 
 
+# A known version of one package that rules out the *installed* version of another: the environment
+# fsdplint runs in is then not the project's (behaviour key, the package it constrains, its first
+# excluded release).
+EXCLUDES: tuple[tuple[str, str, str], ...] = (
+    ("trl_needs_transformers_4", "transformers", "5.0"),
+)
+
+
 def holds(key: str, target) -> Optional[bool]:
     """Whether the behaviour holds for `target` (a versions.TargetVersion): None when the version is not
     known (an unknown version, or only a lower bound the code proves)."""
@@ -199,3 +231,16 @@ def training_args_fsdp_version(transformers) -> Optional[int]:
     reads it as FSDP1 on every release.)"""
     holds_v2 = holds("training_args_fsdp_default_v2", transformers)
     return None if holds_v2 is None else (2 if holds_v2 else 1)
+
+
+def excluded_installed(package: str, installed, version_of) -> Optional[str]:
+    """Why the installed `package` (a versions.TargetVersion of kind "installed") cannot be the project's,
+    when a known version of another package (`version_of(name)`) rules it out (EXCLUDES); else None."""
+    for key, constrained, first in EXCLUDES:
+        if constrained != package or installed.version < Version(first):
+            continue
+        other = version_of(BEHAVIOURS[key].package)
+        if other.known and other.kind != "installed" and holds(key, other) is True:
+            return (f"the installed {package} {installed.version} is not the project's: "
+                    f"{other.describe()} does not import with {package} >= {first}")
+    return None

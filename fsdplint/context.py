@@ -170,6 +170,16 @@ class LintContext:
             tv = versions.resolve(
                 package, self.path, self._explicit, self._config, self._config_source, self._use_installed
             )
+            if tv.kind == "installed":
+                from fsdplint import behaviour
+
+                why = behaviour.excluded_installed(package, tv, self.version)
+                if why is not None:
+                    # The project pins a release that cannot run the installed one: the installed one is not
+                    # what the project runs, so its version is unknown (the oldest one covered is assumed).
+                    tv = versions.TargetVersion(package, versions.Version(versions.DEFAULTS[package]),
+                                                f"unknown: {why}; assumed the oldest version fsdplint covers",
+                                                "unknown")
             if tv.kind == "unknown":
                 ev = versions.proven(package, _collector if _collector is not None else self.analysis.c)
                 if ev is not None:
