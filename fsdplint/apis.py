@@ -121,6 +121,11 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "trl.trainer.sft_config.SFTConfig",
     ),
     "Trainer": ("transformers.Trainer", "transformers.trainer.Trainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.GRPOTrainer"),
+    "DistributedConfig": (
+        "transformers.DistributedConfig",
+        "transformers.distributed.DistributedConfig",
+        "transformers.distributed.configuration_utils.DistributedConfig",
+    ),
     "Accelerator": ("accelerate.Accelerator", "accelerate.accelerator.Accelerator"),
     "DistributedDataParallelKwargs": (
         "accelerate.DistributedDataParallelKwargs",
@@ -223,4 +228,23 @@ CALL_FACTS: dict[str, tuple[tuple[str, str, object, str, object, str], ...]] = {
     # peft 0.21.2 PeftModel.from_pretrained(..., autocast_adapter_dtype=True): the same upcast on load.
     "PeftModel_from_pretrained": (("lora", "adapter_dtype", "float32", "autocast_adapter_dtype", False,
                                    "peft/peft_model.py PeftModel.from_pretrained"),),
+}
+
+
+# What a library call does to the model that its name does not say: the events the analysis adds at the
+# call, as if the script had written them. Per API id (or qualified name): the event kind, which object it
+# applies to ("result": what the call returns; "result.model": the returned trainer's model, the same
+# model as the `model=` argument), the condition, and the behaviour entry (behaviour.py) that says from
+# which version and where it was read. Conditions:
+#   ("given", keyword): the keyword is passed, with a value that is not None;
+#   ("product_gt_1", keyword, api, fields): the keyword is an `api(...)` call whose known int fields
+#       multiply to more than 1 (a field left out counts 1; an unknown one: no effect).
+CALL_EFFECTS: dict[str, tuple[tuple[str, str, tuple, str], ...]] = {
+    # from_pretrained(distributed_config=DistributedConfig(fsdp_size=N)) shards with fully_shard itself.
+    "load_model": (("shard2", "result", ("product_gt_1", "distributed_config", "DistributedConfig",
+                                         ("fsdp_size", "dp_replicate_size")),
+                    "from_pretrained_distributed_fsdp"),),
+    # trl's trainers given peft_config build the PEFT model themselves (get_peft_model in __init__).
+    **{f"trl.{name}": (("lora", "result.model", ("given", "peft_config"), "trl_trainer_injects_lora"),)
+       for name in ("SFTTrainer", "DPOTrainer", "GRPOTrainer", "KTOTrainer", "RewardTrainer")},
 }

@@ -128,6 +128,17 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
                    "transformers 5 release with the tuple return was not identified (5.0 is assumed)",
     ),
     Behaviour(
+        "trl_trainer_injects_lora", "trl",
+        "trl's trainers given `peft_config=` (and a model that is not a PeftModel yet) call get_peft_model "
+        "on it in __init__: the trainer's model is the PEFT model, with LoRA injected into the given model.",
+        since=None,
+        read="trl v0.8.0, v0.15.2 and v1.5.0 trainer/sft_trainer.py, dpo_trainer.py, reward_trainer.py; "
+             "kto_trainer.py (v0.8.0, v0.15.2); grpo_trainer.py (v0.15.2, v1.5.0): `model = "
+             "get_peft_model(model, peft_config)` when peft_config is given",
+        unverified="releases between those read; SFTTrainer 0.15.2 passes autocast_adapter_dtype=False for "
+                   "some models, so no adapter dtype is claimed here",
+    ),
+    Behaviour(
         "from_pretrained_distributed_fsdp", "transformers",
         "from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N)) with N (times "
         "dp_replicate_size) > 1 applies FSDP2 fully_shard to the model inside from_pretrained "
