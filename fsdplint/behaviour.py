@@ -139,6 +139,17 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
                    "some models, so no adapter dtype is claimed here",
     ),
     Behaviour(
+        "from_pretrained_legacy_kbit", "transformers",
+        "from_pretrained(..., load_in_4bit=True) / load_in_8bit=True (without quantization_config) builds "
+        "BitsAndBytesConfig.from_dict({load_in_4bit, load_in_8bit}) plus any bnb_4bit_* keyword passed along: "
+        "a 4-bit model without bnb_4bit_quant_storage stores its weights as uint8.",
+        since=None, until="5.0.0",
+        read="transformers 4.x modeling_utils.py from_pretrained (`load_in_4bit = kwargs.pop(\"load_in_4bit\", "
+             "False)` next to quantization_config and distributed_config, a 4.5x release); transformers 5.24.0 "
+             "modeling_utils.py (no load_in_4bit / load_in_8bit keyword left)",
+        unverified="the release that removed the keywords (5.0 is assumed) and the exact 4.x release read",
+    ),
+    Behaviour(
         "from_pretrained_distributed_fsdp", "transformers",
         "from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N)) with N (times "
         "dp_replicate_size) > 1 applies FSDP2 fully_shard to the model inside from_pretrained "

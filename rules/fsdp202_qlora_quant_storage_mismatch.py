@@ -1,5 +1,6 @@
 import libcst as cst
 
+from fsdplint import behaviour
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Applicability, Severity
@@ -64,6 +65,18 @@ class QloraQuantStorageMismatch(Rule):
     - peft docs accelerate/fsdp.md; peft#1432; axolotl#1494; trl#1723
     """
     VALID = [
+        # The legacy keyword form passes the storage along to the config it builds.
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16, load_in_4bit=True,
+                                                         bnb_4bit_quant_storage=torch.bfloat16)
+            model = FSDP(model)
+            """,
+            target={"transformers": "4.40"},
+        ),
         # TrainingArguments(fsdp=...) is FSDP2 from transformers 5.10: FSDP201's business.
         Valid(
             """
@@ -140,6 +153,27 @@ class QloraQuantStorageMismatch(Rule):
         """,
     ]
     INVALID = [
+        # The legacy keyword form: transformers 4 builds the 4-bit config itself, uint8 storage; here the flag
+        # is a dataclass field whose default is True (trl#1375's stack_llama_2 script).
+        Invalid(
+            """
+            import torch
+            from dataclasses import dataclass, field
+            from transformers import AutoModelForCausalLM, HfArgumentParser
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            @dataclass
+            class ScriptArguments:
+                load_in_4bit: bool = field(default=True)
+
+            script_args = HfArgumentParser(ScriptArguments).parse_args_into_dataclasses()[0]
+            model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16,
+                                                         load_in_4bit=script_args.load_in_4bit)
+            model = FSDP(model)
+            """,
+            target={"transformers": "4.36"},
+            line=12,
+        ),
         # ... and FSDP1 before 5.10.
         Invalid(
             """
@@ -250,6 +284,7 @@ class QloraQuantStorageMismatch(Rule):
             return
         a = ctx.analysis
         loads = a.calls("load_model")
+        self._check_legacy(ctx, a, loads)
         for bnb in a.calls("BitsAndBytesConfig"):
             if not a.fsdp1_at(bnb):
                 continue
@@ -283,6 +318,28 @@ class QloraQuantStorageMismatch(Rule):
                     f"Must flatten tensors with uniform dtype). Set bnb_4bit_quant_storage={dtype_name}.",
                     fix=_fix(ctx, a, bnb, dtype, load, dtype_name, replace=True),
                 )
+
+    def _check_legacy(self, ctx, a, loads) -> None:
+        """`from_pretrained(..., load_in_4bit=True)` without quantization_config: transformers 4 builds the
+        4-bit config itself, with the uint8 default storage unless bnb_4bit_quant_storage is passed too."""
+        holds = behaviour.holds("from_pretrained_legacy_kbit", ctx.version("transformers"))
+        if holds is False:
+            return
+        for load in loads:
+            if not a.fsdp1_at(load) or a.keyword(load, "quantization_config") is not None:
+                continue
+            if _resolved(a, load, "load_in_4bit") is not True or a.keyword(load, "bnb_4bit_quant_storage") is not None:
+                continue
+            dtype = a.keyword(load, "dtype") or a.keyword(load, "torch_dtype")
+            dtype_name = _dtype(a, dtype, load) if dtype is not None and dtype is not UNKNOWN else None
+            ctx.report(
+                load.kwarg("load_in_4bit") or load.node,
+                "from_pretrained(load_in_4bit=...) builds its own 4-bit BitsAndBytesConfig with the default uint8 "
+                "bnb_4bit_quant_storage, and FSDP1 cannot flatten integer tensors (ValueError: Must flatten tensors "
+                "with uniform dtype ... torch.uint8). Pass quantization_config=BitsAndBytesConfig(load_in_4bit=True, "
+                f"bnb_4bit_quant_storage={dtype_name or 'the dtype the model is loaded with'}) instead.",
+                severity=ctx.version_severity(ctx.version("transformers")) if holds is None else None,
+            )
 
     def _check_job(self, ctx, job) -> None:
         """An axolotl / LLaMA-Factory job: the storage the tool gives its 4-bit weights under FSDP1."""
