@@ -126,6 +126,11 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "transformers.distributed.DistributedConfig",
         "transformers.distributed.configuration_utils.DistributedConfig",
     ),
+    "trl_get_quantization_config": (
+        "trl.get_quantization_config",
+        "trl.trainer.get_quantization_config",
+        "trl.trainer.utils.get_quantization_config",
+    ),
     "Accelerator": ("accelerate.Accelerator", "accelerate.accelerator.Accelerator"),
     "DistributedDataParallelKwargs": (
         "accelerate.DistributedDataParallelKwargs",
@@ -247,4 +252,23 @@ CALL_EFFECTS: dict[str, tuple[tuple[str, str, tuple, str], ...]] = {
     # trl's trainers given peft_config build the PEFT model themselves (get_peft_model in __init__).
     **{f"trl.{name}": (("lora", "result.model", ("given", "peft_config"), "trl_trainer_injects_lora"),)
        for name in ("SFTTrainer", "DPOTrainer", "GRPOTrainer", "KTOTrainer", "RewardTrainer")},
+}
+
+
+# Library functions that build a config for the script, as the fields of the config they return, per
+# release (behaviour.py keys in order; the first that holds for the target version applies). A field's
+# source: ("arg_attr", name) is `<first argument>.name` at the call; ("absent",) is the field left out (the
+# library default). Consumed by the rules that read those configs (FSDP202 for a 4-bit storage).
+RETURNED_CONFIGS: dict[str, tuple[str, dict[str, tuple], tuple[tuple[str, dict[str, tuple]], ...]]] = {
+    # trl/trainer/utils.py get_quantization_config(model_args) -> BitsAndBytesConfig | None
+    "trl_get_quantization_config": (
+        "BitsAndBytesConfig",
+        {"load_in_4bit": ("arg_attr", "load_in_4bit"), "load_in_8bit": ("arg_attr", "load_in_8bit")},
+        (
+            ("trl_quant_config_no_storage", {"bnb_4bit_quant_storage": ("absent",)}),
+            ("trl_quant_config_storage_torch_dtype", {"bnb_4bit_quant_storage": ("arg_attr", "torch_dtype")}),
+            ("trl_quant_config_storage_dtype", {"bnb_4bit_quant_storage": ("arg_attr", "dtype")}),
+            ("trl_quant_config_storage_field", {"bnb_4bit_quant_storage": ("arg_attr", "bnb_4bit_quant_storage")}),
+        ),
+    ),
 }

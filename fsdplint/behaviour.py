@@ -161,6 +161,34 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         unverified="releases before 5.24 were not read; the keyword exists only in releases that shard with it, "
                    "so code that passes it needs no version check",
     ),
+    # -- trl's get_quantization_config(model_args): the 4-bit storage of the config it returns -------
+    Behaviour(
+        "trl_quant_config_no_storage", "trl",
+        "get_quantization_config(model_args) builds BitsAndBytesConfig(load_in_4bit=True, compute dtype, quant "
+        "type, double quant) without bnb_4bit_quant_storage: 4-bit weights stored as uint8.",
+        since=None, until="0.10.0",
+        read="trl v0.7.11, v0.8.6, v0.9.4, v0.9.6 trl/trainer/utils.py; trl#1863 (the fix) is first in v0.10",
+    ),
+    Behaviour(
+        "trl_quant_config_storage_torch_dtype", "trl",
+        "get_quantization_config sets bnb_4bit_quant_storage=model_args.torch_dtype (the load dtype).",
+        since="0.10.0", until="0.23.0",
+        read="trl v0.10.1, v0.11.0, v0.15.2, v0.19.0, v0.22.0 trl/trainer/utils.py",
+    ),
+    Behaviour(
+        "trl_quant_config_storage_dtype", "trl",
+        "get_quantization_config sets bnb_4bit_quant_storage=model_args.dtype (the load dtype).",
+        since="0.23.0", until="0.26.0",
+        read="trl v0.23.0, v0.25.0 trl/trainer/utils.py",
+        unverified="v0.25.1 was not read",
+    ),
+    Behaviour(
+        "trl_quant_config_storage_field", "trl",
+        "get_quantization_config sets bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage, a ModelConfig "
+        "field whose default is None (uint8 storage unless --bnb_4bit_quant_storage is given).",
+        since="0.26.0",
+        read="trl v0.26.0, v0.27.0, v0.29.0, v1.0.0 trl/trainer/utils.py; v1.5.0 utils.py and model_config.py (default None)",
+    ),
     # -- training tools (axolotl, LLaMA-Factory): what the tool builds from its config --------------
     Behaviour(
         "axolotl_qlora_fsdp_storage", "axolotl",
