@@ -243,7 +243,10 @@ CALL_FACTS: dict[str, tuple[tuple[str, str, object, str, object, str], ...]] = {
 # which version and where it was read. Conditions:
 #   ("given", keyword): the keyword is passed, with a value that is not None;
 #   ("product_gt_1", keyword, api, fields): the keyword is an `api(...)` call whose known int fields
-#       multiply to more than 1 (a field left out counts 1; an unknown one: no effect).
+#       multiply to more than 1 (a field left out counts 1; an unknown one: no effect);
+#   ("quantized", keyword): the model passed (first argument or keyword) was loaded in 4 or 8 bits
+#       (BitsAndBytesConfig or the legacy load_in_4bit/load_in_8bit keywords, known to be True);
+#   ("all", cond, ...): every condition holds.
 CALL_EFFECTS: dict[str, tuple[tuple[str, str, tuple, str], ...]] = {
     # from_pretrained(distributed_config=DistributedConfig(fsdp_size=N)) shards with fully_shard itself.
     "load_model": (("shard2", "result", ("product_gt_1", "distributed_config", "DistributedConfig",
@@ -251,7 +254,12 @@ CALL_EFFECTS: dict[str, tuple[tuple[str, str, tuple, str], ...]] = {
                     "from_pretrained_distributed_fsdp"),),
     # trl's trainers given peft_config build the PEFT model themselves (get_peft_model in __init__).
     **{f"trl.{name}": (("lora", "result.model", ("given", "peft_config"), "trl_trainer_injects_lora"),)
-       for name in ("SFTTrainer", "DPOTrainer", "GRPOTrainer", "KTOTrainer", "RewardTrainer")},
+       for name in ("SFTTrainer", "GRPOTrainer", "KTOTrainer", "RewardTrainer")},
+    # DPOTrainer also runs prepare_model_for_kbit_training first on a 4-/8-bit model (up to trl 0.28).
+    "trl.DPOTrainer": (
+        ("kbit_prep", "result.model", ("all", ("given", "peft_config"), ("quantized", "model")), "trl_dpo_prepares_kbit"),
+        ("lora", "result.model", ("given", "peft_config"), "trl_trainer_injects_lora"),
+    ),
 }
 
 

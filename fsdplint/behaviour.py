@@ -150,6 +150,16 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         unverified="the release that removed the keywords (5.0 is assumed) and the exact 4.x release read",
     ),
     Behaviour(
+        "trl_dpo_prepares_kbit", "trl",
+        "DPOTrainer given peft_config and a 4-/8-bit model (is_loaded_in_4bit / is_loaded_in_8bit) runs "
+        "peft's prepare_model_for_kbit_training on it before get_peft_model: the non-quantized parameters "
+        "are upcast to float32.",
+        since=None, until="0.29.0",
+        read="trl v0.7.11, v0.8.0, v0.15.2, v0.19.0, v0.22.0, v0.25.0, v0.27.0, v0.28.0 trainer/dpo_trainer.py "
+             "(present); v0.29.0, v1.0.0 (absent)",
+        unverified="releases before 0.7.11 were not read",
+    ),
+    Behaviour(
         "from_pretrained_distributed_fsdp", "transformers",
         "from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N)) with N (times "
         "dp_replicate_size) > 1 applies FSDP2 fully_shard to the model inside from_pretrained "

@@ -379,7 +379,7 @@ class QloraQuantStorageMismatch(Rule):
                 "from_pretrained(load_in_4bit=...) builds its own 4-bit BitsAndBytesConfig with the default uint8 "
                 "bnb_4bit_quant_storage, and FSDP1 cannot flatten integer tensors (ValueError: Must flatten tensors "
                 "with uniform dtype ... torch.uint8). Pass quantization_config=BitsAndBytesConfig(load_in_4bit=True, "
-                f"bnb_4bit_quant_storage={dtype_name or 'the dtype the model is loaded with'}) instead.",
+                f"bnb_4bit_quant_storage={dtype_name or '<the dtype the model is loaded with>'}) instead.",
                 severity=ctx.version_severity(ctx.version("transformers")) if holds is None else None,
             )
 

@@ -237,6 +237,10 @@ class Builder(Classes, Linking):
         return out
 
     def _effect_applies(self, call: Call, cond: tuple) -> bool:
+        if cond[0] == "all":
+            return all(self._effect_applies(call, c) for c in cond[1:])
+        if cond[0] == "quantized":
+            return self._loaded_quantized(call.arg(0, cond[1]), call)
         if cond[0] == "given":
             expr = self.keyword(call, cond[1])
             return expr is not None and expr is not UNKNOWN and self.value(expr, call.scope) is not None
@@ -275,6 +279,27 @@ class Builder(Classes, Linking):
                 if v is UNKNOWN or v == off:
                     continue  # turned off, or it cannot be told: no fact
             ev.data[fact] = value
+
+    def _loaded_quantized(self, expr: Optional[cst.BaseExpression], at: Call) -> bool:
+        """`expr` is a model loaded in 4 or 8 bits: from_pretrained with a BitsAndBytesConfig (or the legacy
+        load_in_4bit / load_in_8bit keywords) whose flag is known to be True."""
+        load = self.call_for(expr, at.scope, "load_model")
+        if load is None:
+            return False
+        flags = ("load_in_4bit", "load_in_8bit")
+        q = self.keyword(load, "quantization_config")
+        if q is UNKNOWN:
+            return False
+        if q is not None:
+            bnb = self.call_for(q, load.scope, "BitsAndBytesConfig")
+            if bnb is None:
+                return False
+            load = bnb
+        for flag in flags:
+            v = self.keyword(load, flag)
+            if v is not None and v is not UNKNOWN and self.value(v, load.scope) is True:
+                return True
+        return False
 
     def _bind_result(self, t: Timeline, step: Step, call: Call) -> None:
         targets = call.targets
