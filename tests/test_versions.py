@@ -402,3 +402,39 @@ def test_grpo_trainer_of_trl_0_15_does_not_enable_input_grads(tmp_path):
     newer = write(tmp_path / "newer", {"requirements.txt": "trl==0.17.0\ntransformers>=4.46,<5\n",
                                        "train.py": GRPO_REENTRANT})
     assert lint(newer / "train.py", "--select", "FSDP105") == []
+
+
+def test_library_effects_and_returned_configs_name_a_behaviour_entry():
+    from fsdplint.apis import CALL_EFFECTS, RETURNED_CONFIGS
+
+    for effects in CALL_EFFECTS.values():
+        for kind, on, cond, key in effects:
+            assert key in behaviour.BEHAVIOURS and on in ("result", "result.model") and cond
+    for kind, fields, by_version in RETURNED_CONFIGS.values():
+        assert kind == "BitsAndBytesConfig" and "load_in_4bit" in fields
+        assert all(key in behaviour.BEHAVIOURS for key, _ in by_version)
+    # The storage entries of trl's get_quantization_config cover every release without overlap.
+    keys = [key for key, _ in RETURNED_CONFIGS["trl_get_quantization_config"][2]]
+    for v in ("0.7.11", "0.9.6", "0.10.0", "0.22.0", "0.23.0", "0.25.1", "0.26.0", "1.5.0"):
+        tv = versions.TargetVersion("trl", versions.Version(v), "x", "declared")
+        assert sum(bool(behaviour.holds(k, tv)) for k in keys) == 1, v
+
+
+def test_a_library_call_that_shards_is_a_shard_event_of_the_model_it_returns():
+    import libcst as cst
+
+    from fsdplint.analysis import analyze
+
+    src = textwrap.dedent("""\
+        from peft import LoraConfig
+        from transformers import AutoModelForCausalLM, DistributedConfig
+        from trl import SFTTrainer
+        model = AutoModelForCausalLM.from_pretrained("m", distributed_config=DistributedConfig(fsdp_size=2, tp_size=2))
+        trainer = SFTTrainer(model=model, peft_config=LoraConfig(r=8))
+        """)
+    a = analyze(cst.parse_module(src))
+    shard, = a.events("shard2")
+    lora, = a.events("lora")
+    assert shard.data["implicit"] and shard.data["behaviour"] == "from_pretrained_distributed_fsdp"
+    assert lora.data["behaviour"] == "trl_trainer_injects_lora"
+    assert lora.entity == shard.entity  # trainer.model is the model passed in, with LoRA
