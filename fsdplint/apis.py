@@ -111,7 +111,7 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "transformers.BitsAndBytesConfig",
         "transformers.utils.quantization_config.BitsAndBytesConfig",
     ),
-    # the trl function that builds a BitsAndBytesConfig from its ModelConfig (see behaviour.trl_quant_storage_field).
+    # the trl function that builds a BitsAndBytesConfig from its ModelConfig (see RETURNED_CONFIGS).
     "trl_get_quantization_config": (
         "trl.get_quantization_config",
         "trl.trainer.get_quantization_config",
@@ -127,6 +127,11 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "trl.trainer.sft_config.SFTConfig",
     ),
     "Trainer": ("transformers.Trainer", "transformers.trainer.Trainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.GRPOTrainer"),
+    "DistributedConfig": (
+        "transformers.DistributedConfig",
+        "transformers.distributed.DistributedConfig",
+        "transformers.distributed.configuration_utils.DistributedConfig",
+    ),
     "Accelerator": ("accelerate.Accelerator", "accelerate.accelerator.Accelerator"),
     "DistributedDataParallelKwargs": (
         "accelerate.DistributedDataParallelKwargs",
@@ -229,4 +234,50 @@ CALL_FACTS: dict[str, tuple[tuple[str, str, object, str, object, str], ...]] = {
     # peft 0.21.2 PeftModel.from_pretrained(..., autocast_adapter_dtype=True): the same upcast on load.
     "PeftModel_from_pretrained": (("lora", "adapter_dtype", "float32", "autocast_adapter_dtype", False,
                                    "peft/peft_model.py PeftModel.from_pretrained"),),
+}
+
+
+# What a library call does to the model that its name does not say: the events the analysis adds at the
+# call, as if the script had written them. Per API id (or qualified name): the event kind, which object it
+# applies to ("result": what the call returns; "result.model": the returned trainer's model, the same
+# model as the `model=` argument), the condition, and the behaviour entry (behaviour.py) that says from
+# which version and where it was read. Conditions:
+#   ("given", keyword): the keyword is passed, with a value that is not None;
+#   ("product_gt_1", keyword, api, fields): the keyword is an `api(...)` call whose known int fields
+#       multiply to more than 1 (a field left out counts 1; an unknown one: no effect);
+#   ("quantized", keyword): the model passed (first argument or keyword) was loaded in 4 or 8 bits
+#       (BitsAndBytesConfig or the legacy load_in_4bit/load_in_8bit keywords, known to be True);
+#   ("all", cond, ...): every condition holds.
+CALL_EFFECTS: dict[str, tuple[tuple[str, str, tuple, str], ...]] = {
+    # from_pretrained(distributed_config=DistributedConfig(fsdp_size=N)) shards with fully_shard itself.
+    "load_model": (("shard2", "result", ("product_gt_1", "distributed_config", "DistributedConfig",
+                                         ("fsdp_size", "dp_replicate_size")),
+                    "from_pretrained_distributed_fsdp"),),
+    # trl's trainers given peft_config build the PEFT model themselves (get_peft_model in __init__).
+    **{f"trl.{name}": (("lora", "result.model", ("given", "peft_config"), "trl_trainer_injects_lora"),)
+       for name in ("SFTTrainer", "GRPOTrainer", "KTOTrainer", "RewardTrainer")},
+    # DPOTrainer also runs prepare_model_for_kbit_training first on a 4-/8-bit model (up to trl 0.28).
+    "trl.DPOTrainer": (
+        ("kbit_prep", "result.model", ("all", ("given", "peft_config"), ("quantized", "model")), "trl_dpo_prepares_kbit"),
+        ("lora", "result.model", ("given", "peft_config"), "trl_trainer_injects_lora"),
+    ),
+}
+
+
+# Library functions that build a config for the script, as the fields of the config they return, per
+# release (behaviour.py keys in order; the first that holds for the target version applies). A field's
+# source: ("arg_attr", name) is `<first argument>.name` at the call; ("absent",) is the field left out (the
+# library default). Consumed by the rules that read those configs (FSDP202 for a 4-bit storage).
+RETURNED_CONFIGS: dict[str, tuple[str, dict[str, tuple], tuple[tuple[str, dict[str, tuple]], ...]]] = {
+    # trl/trainer/utils.py get_quantization_config(model_args) -> BitsAndBytesConfig | None
+    "trl_get_quantization_config": (
+        "BitsAndBytesConfig",
+        {"load_in_4bit": ("arg_attr", "load_in_4bit"), "load_in_8bit": ("arg_attr", "load_in_8bit")},
+        (
+            ("trl_quant_config_no_storage", {"bnb_4bit_quant_storage": ("absent",)}),
+            ("trl_quant_config_storage_torch_dtype", {"bnb_4bit_quant_storage": ("arg_attr", "torch_dtype")}),
+            ("trl_quant_config_storage_dtype", {"bnb_4bit_quant_storage": ("arg_attr", "dtype")}),
+            ("trl_quant_config_storage_field", {"bnb_4bit_quant_storage": ("arg_attr", "bnb_4bit_quant_storage")}),
+        ),
+    ),
 }

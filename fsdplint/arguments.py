@@ -210,6 +210,13 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
     if argparse_group.fields:
         defs.groups.insert(0, argparse_group)
     for node in nodes:
+        # `args = parser.parse_args_into_dataclasses()[0]`: the one dataclass at that index.
+        index = None
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript) \
+                and isinstance(node.value.value, ast.Call) and isinstance(node.value.slice, ast.Constant) \
+                and isinstance(node.value.slice.value, int) and not isinstance(node.value.slice.value, bool):
+            index = node.value.slice.value
+            node = ast.Assign(targets=node.targets, value=node.value.value)
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
             continue
         call = node.value
@@ -243,6 +250,8 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
             for t in node.targets:
                 names = [e.id if isinstance(e, ast.Name) else None for e in t.elts] if isinstance(t, (ast.Tuple, ast.List)) \
                     else [t.id if isinstance(t, ast.Name) else None]
+                if index is not None:
+                    groups = groups[index:index + 1] if 0 <= index < len(groups) else []
                 for name, g in zip(names, groups):
                     if name and g is not None:
                         defs.namespaces[name] = g

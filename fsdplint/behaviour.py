@@ -125,26 +125,89 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="accelerate v1.6.0 utils/constants.py (FSDP2_PYTORCH_VERSION = \"2.5.1\"), v1.7.0 and 1.15.0 "
              "(\"2.6.0\"); 1.15.0 utils/dataclasses.py and accelerator.py raise for fsdp_version == 2 below it",
     ),
-    # trl's get_quantization_config(model_args): BitsAndBytesConfig(load_in_4bit=True, ...) when
-    # model_args.load_in_4bit, with bnb_4bit_quant_storage taken from a ModelConfig field that changed.
     Behaviour(
-        "trl_quant_storage_from_torch_dtype", "trl",
-        "get_quantization_config passes bnb_4bit_quant_storage=model_args.torch_dtype",
-        since="0.10.0", until="0.23.0", before="no bnb_4bit_quant_storage (uint8)",
-        read="trl v0.8.0, v0.8.6, v0.9.6 trainer/utils.py (no storage argument); v0.10, v0.11.4, v0.12.0, "
-             "v0.15.0, v0.19.0, v0.22.2 (model_args.torch_dtype)",
+        "trl_needs_transformers_4", "trl",
+        "trl releases before 0.16 do not import their trainers with transformers 5: trl/import_utils.py reads "
+        "transformers' `_is_package_available(name)` as a bool, and transformers 5 returns a (bool, version) "
+        "tuple, so every optional package looks installed (`from trl import GRPOTrainer` raises "
+        "ModuleNotFoundError: mergekit). A project on such a trl runs transformers 4.",
+        since=None, until="0.16.0",
+        read="trl 0.15.2 trl/import_utils.py and trl/mergekit_utils.py, imported with transformers 5.24.0 "
+             "(utils/import_utils.py `_is_package_available` returns `package_exists, None`): the import fails",
+        unverified="trl 0.16 - 0.26 were not tried (the table claims only releases before 0.16); the first "
+                   "transformers 5 release with the tuple return was not identified (5.0 is assumed)",
     ),
     Behaviour(
-        "trl_quant_storage_from_dtype", "trl",
-        "get_quantization_config passes bnb_4bit_quant_storage=model_args.dtype",
+        "trl_trainer_injects_lora", "trl",
+        "trl's trainers given `peft_config=` (and a model that is not a PeftModel yet) call get_peft_model "
+        "on it in __init__: the trainer's model is the PEFT model, with LoRA injected into the given model.",
+        since=None,
+        read="trl v0.8.0, v0.15.2 and v1.5.0 trainer/sft_trainer.py, dpo_trainer.py, reward_trainer.py; "
+             "kto_trainer.py (v0.8.0, v0.15.2); grpo_trainer.py (v0.15.2, v1.5.0): `model = "
+             "get_peft_model(model, peft_config)` when peft_config is given",
+        unverified="releases between those read; SFTTrainer 0.15.2 passes autocast_adapter_dtype=False for "
+                   "some models, so no adapter dtype is claimed here",
+    ),
+    Behaviour(
+        "from_pretrained_legacy_kbit", "transformers",
+        "from_pretrained(..., load_in_4bit=True) / load_in_8bit=True (without quantization_config) builds "
+        "BitsAndBytesConfig.from_dict({load_in_4bit, load_in_8bit}) plus any bnb_4bit_* keyword passed along: "
+        "a 4-bit model without bnb_4bit_quant_storage stores its weights as uint8.",
+        since=None, until="5.0.0",
+        read="transformers 4.x modeling_utils.py from_pretrained (`load_in_4bit = kwargs.pop(\"load_in_4bit\", "
+             "False)` next to quantization_config and distributed_config, a 4.5x release); transformers 5.24.0 "
+             "modeling_utils.py (no load_in_4bit / load_in_8bit keyword left)",
+        unverified="the release that removed the keywords (5.0 is assumed) and the exact 4.x release read",
+    ),
+    Behaviour(
+        "trl_dpo_prepares_kbit", "trl",
+        "DPOTrainer given peft_config and a 4-/8-bit model (is_loaded_in_4bit / is_loaded_in_8bit) runs "
+        "peft's prepare_model_for_kbit_training on it before get_peft_model: the non-quantized parameters "
+        "are upcast to float32.",
+        since=None, until="0.29.0",
+        read="trl v0.7.11, v0.8.0, v0.15.2, v0.19.0, v0.22.0, v0.25.0, v0.27.0, v0.28.0 trainer/dpo_trainer.py "
+             "(present); v0.29.0, v1.0.0 (absent)",
+        unverified="releases before 0.7.11 were not read",
+    ),
+    Behaviour(
+        "from_pretrained_distributed_fsdp", "transformers",
+        "from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N)) with N (times "
+        "dp_replicate_size) > 1 applies FSDP2 fully_shard to the model inside from_pretrained "
+        "(maybe_distribute_model -> apply_fully_sharded_data_parallelism): the returned model is sharded.",
+        since=None,
+        read="transformers 5.24.0 modeling_utils.py (from_pretrained pops distributed_config, "
+             "maybe_distribute_model), distributed/configuration_utils.py (fsdp_size, dp_replicate_size: "
+             "\"Applied only when dp_replicate_size * fsdp_size > 1\"), distributed/fsdp.py (fully_shard)",
+        unverified="releases before 5.24 were not read; the keyword exists only in releases that shard with it, "
+                   "so code that passes it needs no version check",
+    ),
+    # -- trl's get_quantization_config(model_args): the 4-bit storage of the config it returns -------
+    Behaviour(
+        "trl_quant_config_no_storage", "trl",
+        "get_quantization_config(model_args) builds BitsAndBytesConfig(load_in_4bit=True, compute dtype, quant "
+        "type, double quant) without bnb_4bit_quant_storage: 4-bit weights stored as uint8.",
+        since=None, until="0.10.0",
+        read="trl v0.7.11, v0.8.6, v0.9.4, v0.9.6 trl/trainer/utils.py; trl#1863 (the fix) is first in v0.10",
+    ),
+    Behaviour(
+        "trl_quant_config_storage_torch_dtype", "trl",
+        "get_quantization_config sets bnb_4bit_quant_storage=model_args.torch_dtype (the load dtype).",
+        since="0.10.0", until="0.23.0",
+        read="trl v0.10.1, v0.11.0, v0.15.2, v0.19.0, v0.22.0 trl/trainer/utils.py",
+    ),
+    Behaviour(
+        "trl_quant_config_storage_dtype", "trl",
+        "get_quantization_config sets bnb_4bit_quant_storage=model_args.dtype (the load dtype).",
         since="0.23.0", until="0.26.0",
-        read="trl v0.23.0, v0.24.0, v0.25.0, v0.25.1 trainer/utils.py (model_args.dtype)",
+        read="trl v0.23.0, v0.25.0 trl/trainer/utils.py",
+        unverified="v0.25.1 was not read",
     ),
     Behaviour(
-        "trl_quant_storage_from_field", "trl",
-        "get_quantization_config passes bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage (default None: uint8)",
+        "trl_quant_config_storage_field", "trl",
+        "get_quantization_config sets bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage, a ModelConfig "
+        "field whose default is None (uint8 storage unless --bnb_4bit_quant_storage is given).",
         since="0.26.0",
-        read="trl v0.26.0, v0.27.0, v1.0.0, v1.9.0 trainer/utils.py",
+        read="trl v0.26.0, v0.27.0, v0.29.0, v1.0.0 trl/trainer/utils.py; v1.5.0 utils.py and model_config.py (default None)",
     ),
     # -- training tools (axolotl, LLaMA-Factory): what the tool builds from its config --------------
     Behaviour(
@@ -245,6 +308,14 @@ TRAINER_CALLBACK_EVENTS = frozenset({
 })
 
 
+# A known version of one package that rules out the *installed* version of another: the environment
+# fsdplint runs in is then not the project's (behaviour key, the package it constrains, its first
+# excluded release).
+EXCLUDES: tuple[tuple[str, str, str], ...] = (
+    ("trl_needs_transformers_4", "transformers", "5.0"),
+)
+
+
 def holds(key: str, target) -> Optional[bool]:
     """Whether the behaviour holds for `target` (a versions.TargetVersion): None when the version is not
     known (an unknown version, or only a lower bound the code proves)."""
@@ -277,16 +348,14 @@ def training_args_fsdp_version(transformers) -> Optional[int]:
     holds_v2 = holds("training_args_fsdp_default_v2", transformers)
     return None if holds_v2 is None else (2 if holds_v2 else 1)
 
-
-def trl_quant_storage_field(trl) -> Optional[str]:
-    """The ModelConfig field trl's get_quantization_config takes bnb_4bit_quant_storage from: "" when it passes
-    none (uint8), None when the trl version is unknown."""
-    for key, name in (("trl_quant_storage_from_field", "bnb_4bit_quant_storage"),
-                      ("trl_quant_storage_from_dtype", "dtype"),
-                      ("trl_quant_storage_from_torch_dtype", "torch_dtype")):
-        held = holds(key, trl)
-        if held is None:
-            return None
-        if held:
-            return name
-    return ""
+def excluded_installed(package: str, installed, version_of) -> Optional[str]:
+    """Why the installed `package` (a versions.TargetVersion of kind "installed") cannot be the project's,
+    when a known version of another package (`version_of(name)`) rules it out (EXCLUDES); else None."""
+    for key, constrained, first in EXCLUDES:
+        if constrained != package or installed.version < Version(first):
+            continue
+        other = version_of(BEHAVIOURS[key].package)
+        if other.known and other.kind != "installed" and holds(key, other) is True:
+            return (f"the installed {package} {installed.version} is not the project's: "
+                    f"{other.describe()} does not import with {package} >= {first}")
+    return None

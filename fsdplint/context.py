@@ -184,6 +184,21 @@ class LintContext:
             tv = versions.resolve(
                 package, self.path, self._explicit, self._config, self._config_source, self._use_installed
             )
+            resolving = self.__dict__.setdefault("_resolving", set())
+            if tv.kind == "installed" and package not in resolving:
+                from fsdplint import behaviour
+
+                resolving.add(package)  # a table that names packages in a cycle cannot recurse forever
+                try:
+                    why = behaviour.excluded_installed(package, tv, self.version)
+                finally:
+                    resolving.discard(package)
+                if why is not None:
+                    # The project pins a release that cannot run the installed one: the installed one is not
+                    # what the project runs, so its version is unknown (the oldest one covered is assumed).
+                    tv = versions.TargetVersion(package, versions.Version(versions.DEFAULTS[package]),
+                                                f"unknown: {why}; assumed the oldest version fsdplint covers",
+                                                "unknown")
             if tv.kind == "unknown":
                 ev = versions.proven(package, _collector if _collector is not None else self.analysis.c)
                 if ev is not None:

@@ -53,6 +53,12 @@ class FullyShardRootOnly(Rule):
     - torch `_fully_shard.py` docstring; torchtitan docs/fsdp.md
     """
     VALID = [
+        # transformers shards every block itself inside from_pretrained (its FSDP plan), not only the root.
+        """
+        from transformers import AutoModelForCausalLM
+        from transformers.distributed import DistributedConfig
+        model = AutoModelForCausalLM.from_pretrained("org/m", distributed_config=DistributedConfig(fsdp_size=8))
+        """,
         """
         from torch.distributed.fsdp import fully_shard
         for layer in model.model.layers:
@@ -209,7 +215,9 @@ class FullyShardRootOnly(Rule):
         root_only_possible = len(root_entities) == 1 and all(id(c.node) in root_calls for c in shard_calls)
         for t in a.timelines:
             for ent in dict.fromkeys(e.entity for e in t.of("shard2") if e.entity is not None):
-                events = [e for e in t.of("shard2", ent) if e.ref is not None]
+                # A library that shards inside a call (from_pretrained(distributed_config=...)) applies its
+                # own per-block plan: only the script's own fully_shard calls are judged.
+                events = [e for e in t.of("shard2", ent) if e.ref is not None and not e.data.get("implicit")]
                 roots = [e for e in events if not e.ref.child]
                 if not roots:
                     continue

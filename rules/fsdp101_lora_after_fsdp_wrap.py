@@ -60,6 +60,23 @@ class LoraAfterFsdpWrap(Rule):
     references = ("transformers#48792", "FastVideo#1666", "fms-hf-tuning#143")
 
     VALID = [
+        # DistributedConfig without FSDP (tensor parallel only, or fsdp_size 1): from_pretrained does not shard.
+        """
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, DistributedConfig
+        model = AutoModelForCausalLM.from_pretrained("org/m", distributed_config=DistributedConfig(tp_size=2))
+        model = get_peft_model(model, LoraConfig(r=8))
+        other = AutoModelForCausalLM.from_pretrained("org/m", distributed_config=DistributedConfig(fsdp_size=1))
+        other = get_peft_model(other, LoraConfig(r=8))
+        """,
+        # The trl trainer injects LoRA before anything wraps; FSDP comes from the Trainer, later.
+        """
+        from peft import LoraConfig
+        from trl import SFTConfig, SFTTrainer
+        args = SFTConfig(output_dir="out", fsdp="full_shard auto_wrap")
+        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, peft_config=LoraConfig(r=8))
+        trainer.train()
+        """,
         # The name is bound to a newly loaded model: the LoRA goes into that one, not into the wrapped one.
         """
         from peft import get_peft_model
@@ -122,6 +139,31 @@ class LoraAfterFsdpWrap(Rule):
         """,
     ]
     INVALID = [
+        # transformers shards the model inside from_pretrained when its DistributedConfig has fsdp_size > 1
+        # (peft#3578): get_peft_model then injects LoRA into an FSDP2 model.
+        Invalid(
+            """
+            import torch
+            from peft import LoraConfig, get_peft_model
+            from transformers import AutoModelForCausalLM
+            from transformers.distributed import DistributedConfig
+            dc = DistributedConfig(fsdp_size=4)
+            net = AutoModelForCausalLM.from_pretrained("org/m", dtype=torch.bfloat16, distributed_config=dc)
+            net = get_peft_model(net, LoraConfig(r=8, target_modules=["k_proj"]))
+            """,
+            line=7,
+        ),
+        # A trl trainer given peft_config injects LoRA itself, into the model the script already wrapped.
+        Invalid(
+            """
+            from peft import LoraConfig
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from trl import SFTTrainer
+            model = FSDP(model, use_orig_params=True)
+            trainer = SFTTrainer(model=model, train_dataset=ds, peft_config=LoraConfig(r=8))
+            """,
+            line=5,
+        ),
         # Only a conditional reload: on the other path the wrapped model gets the LoRA.
         Invalid(
             """
@@ -209,6 +251,12 @@ class LoraAfterFsdpWrap(Rule):
                 if wraps:
                     w = wraps[0]
                     label = {"wrap1": "FullyShardedDataParallel", "shard2": "fully_shard", "ddp": "DistributedDataParallel", "prepare": "accelerator.prepare"}[w.kind]
+                    if w.data.get("implicit"):
+                        # The library wrapped it inside a call (apis.CALL_EFFECTS): no statement to move.
+                        label += f" inside `{ctx.code(w.call.node.func)}(...)`"
+                        msg = self.message.format(wrap=label, line=ctx.line(w.node))
+                        ctx.report(lora.node, msg)
+                        continue
                     msg = self.message.format(wrap=label, line=ctx.line(w.node))
                     ctx.report(lora.node, msg, fix=_move_fix(ctx, lora, w))
             for pol in t.of("peft_policy"):

@@ -1,3 +1,4 @@
+from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import RemoveStatement, Replace, unsafe
@@ -63,6 +64,20 @@ class KbitPrepUnderFsdp(Rule):
     references = ("trl#4457", "trl#6343", "bnb#1569")
 
     VALID = [
+        # From trl 0.29 DPOTrainer no longer runs prepare_model_for_kbit_training.
+        Valid(
+            """
+            import torch
+            from peft import LoraConfig
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            from trl import DPOConfig, DPOTrainer
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            policy = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            cfg = DPOConfig(output_dir="out", fsdp="full_shard auto_wrap")
+            trainer = DPOTrainer(policy, args=cfg, train_dataset=ds, peft_config=LoraConfig(r=8))
+            """,
+            target={"trl": "0.29.0", "transformers": "4.57"},
+        ),
         # Single-GPU QLoRA: no FSDP.
         """
         from peft import prepare_model_for_kbit_training, get_peft_model
@@ -109,6 +124,21 @@ class KbitPrepUnderFsdp(Rule):
         """,
     ]
     INVALID = [
+        # trl's DPOTrainer prepares a 4-bit model itself (trl#1375), here under the Trainer's FSDP1.
+        Invalid(
+            """
+            import torch
+            from peft import LoraConfig
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            from trl import DPOConfig, DPOTrainer
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            policy = AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16)
+            cfg = DPOConfig(output_dir="out", fsdp="full_shard auto_wrap")
+            trainer = DPOTrainer(policy, args=cfg, train_dataset=ds, peft_config=LoraConfig(r=8))
+            """,
+            target={"trl": "0.15.2", "transformers": "4.46"},
+            line=8,
+        ),
         Invalid(
             """
             from peft import prepare_model_for_kbit_training, get_peft_model
@@ -163,6 +193,27 @@ class KbitPrepUnderFsdp(Rule):
                 "dtype) or wastes memory on every rank. Under FSDP skip it: let get_peft_model freeze the base and "
                 'call model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}).',
                 fix=_fix(ctx, a, call),
+            )
+        # A library call that runs it on the model (apis.CALL_EFFECTS, e.g. DPOTrainer on a 4-bit model).
+        for ev in a.events("kbit_prep"):
+            key = ev.data.get("behaviour")
+            if not ev.data.get("implicit") or key is None or not a.fsdp1_at(ev.call):
+                continue
+            b = behaviour.BEHAVIOURS[key]
+            tv = ctx.version(b.package)
+            holds = behaviour.holds(key, tv)
+            if holds is False:
+                continue
+            by = ctx.code(ev.call.node.func)
+            ctx.report(
+                ev.node,
+                f"{by}(peft_config=...) runs prepare_model_for_kbit_training on this 4-/8-bit model "
+                f"({b.package + ' < ' + b.until if b.until else b.package}): it casts the fp16/bf16 non-quantized "
+                "parameters (norms, embeddings, lm_head) to fp32, so an FSDP unit mixes dtypes (ValueError: Must "
+                "flatten tensors with uniform dtype) or wastes memory on every rank. Under FSDP build the PEFT model "
+                "yourself (get_peft_model, no k-bit preparation) and pass it without peft_config."
+                + ("" if holds else f"; {tv.describe()} is not known: " + tv.declare_hint(b.until or "")),
+                severity=None if holds else ctx.version_severity(tv),
             )
 
 

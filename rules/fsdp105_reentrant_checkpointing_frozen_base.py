@@ -1,3 +1,5 @@
+from typing import Optional
+
 from fsdplint import behaviour
 from fsdplint.findings import Applicability, Severity
 from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
@@ -15,6 +17,9 @@ class ReentrantCheckpointingFrozenBase(Rule):
     sides = "S"
     fix = Applicability.SAFE
     versions = {"transformers": "<5.0"}
+    # A frozen base under reentrant checkpointing gets no gradient with or without FSDP (transformers#26221
+    # and trl#3089 have no FSDP at all): reported whether or not FSDP is in the job.
+    needs_fsdp = False
     doc = """
     ## What it does
     Finds Hugging Face gradient checkpointing (`model.gradient_checkpointing_enable()` or
@@ -31,8 +36,10 @@ class ReentrantCheckpointingFrozenBase(Rule):
     peft calls `enable_input_require_grads()` itself in `get_peft_model` when checkpointing was enabled
     *before* it on an unquantized model, in `prepare_model_for_kbit_training` and in
     `PeftModel.prepare_model_for_gradient_checkpointing`; transformers does it
-    when the adapter was added with `model.add_adapter`; trl's trainers do it for PEFT models. Those
-    cases are not reported.
+    when the adapter was added with `model.add_adapter`; trl's trainers do it for PEFT models (SFTTrainer
+    and DPOTrainer in every release covered, GRPOTrainer from trl 0.17: see fsdplint/behaviour.py). Those
+    cases are not reported. A frozen base gets no gradient with or without FSDP, so this rule does not
+    need FSDP in the job.
 
     ## Example
     ```python
@@ -113,6 +120,17 @@ class ReentrantCheckpointingFrozenBase(Rule):
         args = SFTConfig(output_dir="out", gradient_checkpointing=True)
         trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16))
         """,
+        # From trl 0.17 GRPOTrainer enables input grads for the PEFT model it builds.
+        Valid(
+            """
+            from peft import LoraConfig
+            from trl import GRPOConfig, GRPOTrainer
+            cfg = GRPOConfig(output_dir="out", gradient_checkpointing=True,
+                             gradient_checkpointing_kwargs={"use_reentrant": True})
+            trainer = GRPOTrainer(model="org/m", reward_funcs=f, args=cfg, peft_config=LoraConfig(r=8))
+            """,
+            target={"trl": "0.17.0", "transformers": "4.51"},
+        ),
         # No LoRA: the base is trainable, so its inputs to each layer require grad.
         """
         from transformers import TrainingArguments
@@ -213,6 +231,25 @@ class ReentrantCheckpointingFrozenBase(Rule):
             target={"transformers": "4.46"},
             line=6,
         ),
+        # trl 0.15's GRPOTrainer builds the PEFT model without enabling input grads (trl#3089); no FSDP needed.
+        Invalid(
+            """
+            from peft import LoraConfig
+            from trl import GRPOConfig, GRPOTrainer
+            cfg = GRPOConfig(output_dir="out", gradient_checkpointing=True,
+                             gradient_checkpointing_kwargs={"use_reentrant": True})
+            trainer = GRPOTrainer(model="org/m", reward_funcs=f, args=cfg, peft_config=LoraConfig(r=8))
+            """,
+            target={"trl": "0.15.2", "transformers": "4.48"},
+            line=3,
+            expected_fix="""
+            from peft import LoraConfig
+            from trl import GRPOConfig, GRPOTrainer
+            cfg = GRPOConfig(output_dir="out", gradient_checkpointing=True,
+                             gradient_checkpointing_kwargs={"use_reentrant": False})
+            trainer = GRPOTrainer(model="org/m", reward_funcs=f, args=cfg, peft_config=LoraConfig(r=8))
+            """,
+        ),
         # No transformers version declared or installed: the reentrant default is a guess, so a warning.
         Invalid(
             """
@@ -241,9 +278,10 @@ class ReentrantCheckpointingFrozenBase(Rule):
         if _trl_prepares(ctx, a):
             return  # trl's trainer, given peft_config, makes the inputs require grad itself
         quantized = _quantized(a)
+        trl_without = _trl_without_input_grads(ctx, a)
         for site in hf_checkpointing(a):
-            if site.trl:
-                continue
+            if site.trl and trl_without is None:
+                continue  # a trl config: its trainers prepare PEFT models themselves
             if not site.via_args and not quantized and _lora_after(a, site):
                 continue  # get_peft_model on a checkpointing model calls enable_input_require_grads
             if not site.via_args and _never_lora(a, site):
@@ -251,6 +289,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
             reentrant, why = site.reentrant(ctx)
             if not reentrant:
                 continue
+            if site.trl:
+                why += f"; {trl_without} does not enable input grads for the PEFT model it builds"
             # Reentrant by the transformers default: only as sure as the transformers version is known.
             severity = None if site.use_reentrant is True else ctx.version_severity(ctx.version("transformers"))
             if severity is not None:
@@ -282,6 +322,20 @@ def _trl_prepares(ctx, a) -> bool:
         if key is not None and behaviour.holds(key, ctx.version("trl")) is not False:
             return True
     return False
+
+
+def _trl_without_input_grads(ctx, a) -> Optional[str]:
+    """The trl trainer given `peft_config=` on a known trl release that does not enable input grads
+    (behaviour.py): e.g. "trl 0.15.2's GRPOTrainer"; None when there is none."""
+    for c in a.c.calls:
+        q = c.qualname or ""
+        if not q.startswith("trl.") or c.kwarg("peft_config") is None:
+            continue
+        name = q.rsplit(".", 1)[-1]
+        key = _TRL_TRAINERS.get(name)
+        if key is not None and behaviour.holds(key, ctx.version("trl")) is False:
+            return f"trl {ctx.version('trl').version}'s {name}"
+    return None
 
 
 def _input_grad_hook(a) -> bool:

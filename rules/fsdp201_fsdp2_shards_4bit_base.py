@@ -4,7 +4,7 @@ from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
-from fsdplint.rules._quantization import trl_4bit_configs
+from fsdplint.rules._quantization import storage_field, trl_4bit_configs
 
 
 YAML_FSDP2 = """\
@@ -268,7 +268,7 @@ class Fsdp2Shards4bitBase(Rule):
                 why = (f"{acc_v.describe()} shards every Params4bit (it excludes none before 1.14, and from 1.14 "
                        "only integer storage), so their quant_state is lost")
             if where in lib_configs:
-                field = behaviour.trl_quant_storage_field(ctx.version("trl"))
+                field = storage_field(ctx.version("trl"))
                 why += (f"; trl's get_quantization_config ({ctx.version('trl').describe()}) sets "
                         f"bnb_4bit_quant_storage from model_args.{field} ({where.storage})")
         else:

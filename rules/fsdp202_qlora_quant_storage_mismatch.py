@@ -1,10 +1,13 @@
 import libcst as cst
 
+from fsdplint import behaviour
+from fsdplint.apis import RETURNED_CONFIGS
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.resolve import dotted
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
+from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
 
@@ -67,6 +70,37 @@ class QloraQuantStorageMismatch(Rule):
     - peft docs accelerate/fsdp.md; peft#1432; axolotl#1494; trl#1723
     """
     VALID = [
+        # From trl 0.10 get_quantization_config() sets the storage to the load dtype.
+        Valid(
+            """
+            from dataclasses import dataclass
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM
+            from trl import get_quantization_config
+
+            @dataclass
+            class ModelArgs:
+                load_in_4bit: bool = True
+                torch_dtype: str = "bfloat16"
+
+            margs = ModelArgs()
+            qc = get_quantization_config(margs)
+            model = FSDP(AutoModelForCausalLM.from_pretrained("m", torch_dtype=margs.torch_dtype, quantization_config=qc))
+            """,
+            target={"trl": "0.10.1"},
+        ),
+        # The legacy keyword form passes the storage along to the config it builds.
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16, load_in_4bit=True,
+                                                         bnb_4bit_quant_storage=torch.bfloat16)
+            model = FSDP(model)
+            """,
+            target={"transformers": "4.40"},
+        ),
         # TrainingArguments(fsdp=...) is FSDP2 from transformers 5.10: FSDP201's business.
         Valid(
             """
@@ -197,6 +231,47 @@ class QloraQuantStorageMismatch(Rule):
             """,
             line=8,
         ),
+        # trl's get_quantization_config() before 0.10 leaves the storage out (trl#1863).
+        Invalid(
+            """
+            from dataclasses import dataclass
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM
+            from trl import get_quantization_config
+
+            @dataclass
+            class ModelArgs:
+                load_in_4bit: bool = True
+                torch_dtype: str = "bfloat16"
+
+            margs = ModelArgs()
+            qc = get_quantization_config(margs)
+            model = FSDP(AutoModelForCausalLM.from_pretrained("m", torch_dtype=margs.torch_dtype, quantization_config=qc))
+            """,
+            target={"trl": "0.9.6"},
+            line=12,
+        ),
+        # The legacy keyword form: transformers 4 builds the 4-bit config itself, uint8 storage; here the flag
+        # is a dataclass field whose default is True (trl#1375's stack_llama_2 script).
+        Invalid(
+            """
+            import torch
+            from dataclasses import dataclass, field
+            from transformers import AutoModelForCausalLM, HfArgumentParser
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            @dataclass
+            class ScriptArguments:
+                load_in_4bit: bool = field(default=True)
+
+            script_args = HfArgumentParser(ScriptArguments).parse_args_into_dataclasses()[0]
+            model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16,
+                                                         load_in_4bit=script_args.load_in_4bit)
+            model = FSDP(model)
+            """,
+            target={"transformers": "4.36"},
+            line=12,
+        ),
         # ... and FSDP1 before 5.10.
         Invalid(
             """
@@ -307,6 +382,8 @@ class QloraQuantStorageMismatch(Rule):
             return
         a = ctx.analysis
         loads = a.calls("load_model")
+        self._check_legacy(ctx, a, loads)
+        self._check_returned(ctx, a)
         for bnb in a.calls("BitsAndBytesConfig"):
             if not a.fsdp1_at(bnb):
                 continue
@@ -353,6 +430,65 @@ class QloraQuantStorageMismatch(Rule):
                     f"flatten a unit mixing the 4-bit storage dtype with the other parameters' dtype (ValueError: "
                     f"Must flatten tensors with uniform dtype). Set bnb_4bit_quant_storage={dtype_name}.",
                     fix=_fix(ctx, a, bnb, dtype, load, dtype_name, replace=True),
+                )
+
+    def _check_legacy(self, ctx, a, loads) -> None:
+        """`from_pretrained(..., load_in_4bit=True)` without quantization_config: transformers 4 builds the
+        4-bit config itself, with the uint8 default storage unless bnb_4bit_quant_storage is passed too."""
+        holds = behaviour.holds("from_pretrained_legacy_kbit", ctx.version("transformers"))
+        if holds is False:
+            return
+        for load in loads:
+            if not a.fsdp1_at(load) or a.keyword(load, "quantization_config") is not None:
+                continue
+            if _resolved(a, load, "load_in_4bit") is not True or a.keyword(load, "bnb_4bit_quant_storage") is not None:
+                continue
+            dtype = a.keyword(load, "dtype") or a.keyword(load, "torch_dtype")
+            dtype_name = _dtype(a, dtype, load) if dtype is not None and dtype is not UNKNOWN else None
+            ctx.report(
+                load.kwarg("load_in_4bit") or load.node,
+                "from_pretrained(load_in_4bit=...) builds its own 4-bit BitsAndBytesConfig with the default uint8 "
+                "bnb_4bit_quant_storage, and FSDP1 cannot flatten integer tensors (ValueError: Must flatten tensors "
+                "with uniform dtype ... torch.uint8). Pass quantization_config=BitsAndBytesConfig(load_in_4bit=True, "
+                f"bnb_4bit_quant_storage={dtype_name or '<the dtype the model is loaded with>'}) instead.",
+                severity=ctx.version_severity(ctx.version("transformers")) if holds is None else None,
+            )
+
+    def _check_returned(self, ctx, a) -> None:
+        """A library function that builds the 4-bit config (apis.RETURNED_CONFIGS, e.g. trl's
+        get_quantization_config): its storage field on the target release of that library."""
+        for api, (kind, fields, by_version) in RETURNED_CONFIGS.items():
+            if kind != "BitsAndBytesConfig":
+                continue
+            for call in a.calls(api):
+                if not a.fsdp1_at(call):
+                    continue
+                source = dotted(call.arg(0, "model_args") or call.arg(0, "model_config"))
+                if source is None:
+                    continue
+
+                def field(spec):
+                    if spec[0] == "absent":
+                        return None
+                    return a.value(cst.parse_expression(f"{source}.{spec[1]}"), call.scope)
+
+                if field(fields["load_in_4bit"]) is not True:
+                    continue
+                chosen = next(((key, f) for key, f in by_version
+                               if behaviour.holds(key, ctx.version(behaviour.BEHAVIOURS[key].package))), None)
+                if chosen is None:
+                    continue  # the release is unknown: which storage it sets cannot be told
+                key, f = chosen
+                if field(f["bnb_4bit_quant_storage"]) is not None:
+                    continue
+                b = behaviour.BEHAVIOURS[key]
+                ctx.report(
+                    call.node,
+                    f"{ctx.code(call.node.func)}() of {ctx.version(b.package).describe()} builds the 4-bit config "
+                    "without bnb_4bit_quant_storage, so the weights are stored as uint8 and FSDP1 cannot flatten "
+                    "integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). Pass "
+                    "quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=<the dtype the "
+                    "model is loaded with>).",
                 )
 
     def _check_job(self, ctx, job) -> None:

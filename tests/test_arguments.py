@@ -171,3 +171,24 @@ def test_alignment_handbook_layout(tmp_path):
     env = _env(src, "accelerate launch run_sft.py recipe.yaml --lora_r=64\n", dirs=[tmp_path], use_installed=False)
     assert _v(env, "model_args.load_in_4bit") == (True,) and _v(env, "model_args.lora_r") == (64,)
     assert _v(env, "training_args.gradient_checkpointing") == (True,)
+
+
+def test_one_dataclass_taken_by_index():
+    """`script_args = parser.parse_args_into_dataclasses()[0]` (trl's stack_llama_2 scripts): the first group."""
+    src = """
+    from dataclasses import dataclass, field
+    from transformers import HfArgumentParser, TrainingArguments
+
+    @dataclass
+    class ScriptArguments:
+        load_in_4bit: bool = field(default=True)
+
+    parser = HfArgumentParser((ScriptArguments, TrainingArguments))
+    script_args = parser.parse_args_into_dataclasses()[0]
+    training_args = parser.parse_args_into_dataclasses()[1]
+    """
+    env = _env(src, use_installed=False)
+    assert _v(env, "script_args.load_in_4bit") == (True,)
+    assert env.lookup("training_args.load_in_4bit") != env.lookup("script_args.load_in_4bit")
+    env = _env(src, "python dpo.py --load_in_4bit False\n", use_installed=False)
+    assert _v(env, "script_args.load_in_4bit") == (False,)

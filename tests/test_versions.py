@@ -364,3 +364,77 @@ def test_lazy_fsdp2_import_in_a_library_function(tmp_path):
     })
     found = lint(tmp_path / "lib" / "utils.py", "--select", "FSDP008")
     assert [(f["location"]["row"], f["severity"]) for f in found] == [(6, "warning")]
+
+
+# --- a pinned release that rules out the installed version of another --------------------------
+
+GRPO_REENTRANT = """\
+from peft import LoraConfig
+from trl import GRPOConfig, GRPOTrainer
+
+args = GRPOConfig(output_dir="out", gradient_checkpointing=True,
+                  gradient_checkpointing_kwargs={"use_reentrant": True})
+trainer = GRPOTrainer(model="org/model", reward_funcs=reward, args=args, train_dataset=ds,
+                      peft_config=LoraConfig(r=16, target_modules=["q_proj", "v_proj"]))
+"""
+
+
+def test_installed_transformers_5_is_not_the_project_of_a_trl_pinned_before_0_16(tmp_path):
+    write(tmp_path, {"requirements.txt": "trl==0.15.2\n", "train.py": GRPO_REENTRANT})
+    tv = lambda v, kind: versions.TargetVersion("trl", versions.Version(v), "requirements.txt", kind)  # noqa: E731
+    installed = versions.TargetVersion("transformers", versions.Version("5.24.0"), "installed", "installed")
+    why = behaviour.excluded_installed("transformers", installed, lambda p: tv("0.15.2", "declared"))
+    assert why is not None and "trl 0.15.2" in why
+    assert behaviour.excluded_installed("transformers", installed, lambda p: tv("0.17.0", "declared")) is None
+    assert behaviour.excluded_installed("transformers", installed, lambda p: tv("0.15.2", "installed")) is None
+    older = versions.TargetVersion("transformers", versions.Version("4.48.0"), "installed", "installed")
+    assert behaviour.excluded_installed("transformers", older, lambda p: tv("0.15.2", "declared")) is None
+
+
+def test_grpo_trainer_of_trl_0_15_does_not_enable_input_grads(tmp_path):
+    """trl#3089: explicit reentrant checkpointing + GRPOTrainer(peft_config=) on trl 0.15.2, no FSDP at all
+    (the installed transformers 5 cannot be the project's, so its non-reentrant default does not apply)."""
+    write(tmp_path, {"requirements.txt": "trl==0.15.2\n", "train.py": GRPO_REENTRANT})
+    found = lint(tmp_path / "train.py", "--select", "FSDP105")
+    assert [(f["code"], f["severity"]) for f in found] == [("FSDP105", "error")]
+    assert "GRPOTrainer" in found[0]["message"]
+    # From trl 0.17 GRPOTrainer enables input grads itself.
+    newer = write(tmp_path / "newer", {"requirements.txt": "trl==0.17.0\ntransformers>=4.46,<5\n",
+                                       "train.py": GRPO_REENTRANT})
+    assert lint(newer / "train.py", "--select", "FSDP105") == []
+
+
+def test_library_effects_and_returned_configs_name_a_behaviour_entry():
+    from fsdplint.apis import CALL_EFFECTS, RETURNED_CONFIGS
+
+    for effects in CALL_EFFECTS.values():
+        for kind, on, cond, key in effects:
+            assert key in behaviour.BEHAVIOURS and on in ("result", "result.model") and cond
+    for kind, fields, by_version in RETURNED_CONFIGS.values():
+        assert kind == "BitsAndBytesConfig" and "load_in_4bit" in fields
+        assert all(key in behaviour.BEHAVIOURS for key, _ in by_version)
+    # The storage entries of trl's get_quantization_config cover every release without overlap.
+    keys = [key for key, _ in RETURNED_CONFIGS["trl_get_quantization_config"][2]]
+    for v in ("0.7.11", "0.9.6", "0.10.0", "0.22.0", "0.23.0", "0.25.1", "0.26.0", "1.5.0"):
+        tv = versions.TargetVersion("trl", versions.Version(v), "x", "declared")
+        assert sum(bool(behaviour.holds(k, tv)) for k in keys) == 1, v
+
+
+def test_a_library_call_that_shards_is_a_shard_event_of_the_model_it_returns():
+    import libcst as cst
+
+    from fsdplint.analysis import analyze
+
+    src = textwrap.dedent("""\
+        from peft import LoraConfig
+        from transformers import AutoModelForCausalLM, DistributedConfig
+        from trl import SFTTrainer
+        model = AutoModelForCausalLM.from_pretrained("m", distributed_config=DistributedConfig(fsdp_size=2, tp_size=2))
+        trainer = SFTTrainer(model=model, peft_config=LoraConfig(r=8))
+        """)
+    a = analyze(cst.parse_module(src))
+    shard, = a.events("shard2")
+    lora, = a.events("lora")
+    assert shard.data["implicit"] and shard.data["behaviour"] == "from_pretrained_distributed_fsdp"
+    assert lora.data["behaviour"] == "trl_trainer_injects_lora"
+    assert lora.entity == shard.entity  # trainer.model is the model passed in, with LoRA

@@ -10,7 +10,7 @@ import libcst as cst
 from fsdplint.analysis.classes import Classes
 from fsdplint.analysis.linking import Linking
 from fsdplint.analysis.records import UNKNOWN, Event, Item, Ref, Step
-from fsdplint.apis import CALL_FACTS
+from fsdplint.apis import CALL_EFFECTS, CALL_FACTS
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.collect import AttrSet, Call, Scope
 from fsdplint.resolve import dotted
@@ -237,6 +237,68 @@ class Builder(Classes, Linking):
                 self._library_facts(call, ev)
                 t.events.append(ev)
             self._bind_result(t, step, call)
+            for ev in self._library_effects(t, step, call):
+                t.events.append(ev)
+
+    def _library_effects(self, t: Timeline, step: Step, call: Call) -> list[Event]:
+        """What the library call does to the model beyond its name (apis.CALL_EFFECTS), as the events the
+        script would have had to write: e.g. `shard2` on what `from_pretrained(distributed_config=...)`
+        returns. Each event's data says `by` (the call) and `behaviour` (the version table's key)."""
+        q = call.qualname or ""
+        effects = CALL_EFFECTS.get(call.api or "", ()) + (
+            CALL_EFFECTS.get("trl." + q.rsplit(".", 1)[-1], ()) if q.startswith("trl.") else ())
+        if not effects or len(call.targets) != 1:
+            return []
+        target = dotted(call.targets[0])
+        if target is None:
+            return []
+        out = []
+        for kind, on, cond, key in effects:
+            if not self._effect_applies(call, cond):
+                continue
+            if on == "result":
+                r = Ref(self._target_key(step, target), False)
+            else:  # "result.model": the returned object's model, the one passed as `model=`
+                r = self.ref(cst.parse_expression(f"{target}.model"), step)
+                if r is None:
+                    continue
+                given = self.ref(call.arg(0, "model"), step)
+                if given is not None and not given.child:
+                    t.uf.union(r.key, given.key)
+            t.model_keys.add(r.key)
+            out.append(Event(kind, step, r, {"by": call.qualname or call.api, "behaviour": key, "implicit": True}, t))
+        return out
+
+    def _effect_applies(self, call: Call, cond: tuple) -> bool:
+        if cond[0] == "all":
+            return all(self._effect_applies(call, c) for c in cond[1:])
+        if cond[0] == "quantized":
+            return self._loaded_quantized(call.arg(0, cond[1]), call)
+        if cond[0] == "given":
+            expr = self.keyword(call, cond[1])
+            return expr is not None and expr is not UNKNOWN and self.value(expr, call.scope) is not None
+        if cond[0] == "product_gt_1":
+            _, kw, api, fields = cond
+            expr = self.keyword(call, kw)
+            if expr is None or expr is UNKNOWN:
+                return False
+            if not isinstance(expr, cst.Call):
+                d = dotted(expr)
+                expr = self.binding(d, call.scope) if d else None
+            inner = self.call_at(expr) if isinstance(expr, cst.Call) else None
+            if inner is None or inner.api != api:
+                return False
+            product = 1
+            for f in fields:
+                given = inner.kw(f)
+                if given is None:
+                    continue
+                v = self.value(given, inner.scope)
+                if not isinstance(v, int) or isinstance(v, bool):
+                    return False
+                product *= v
+            return product > 1
+        return False
 
     def _library_facts(self, call: Call, ev: Event) -> None:
         """What the library call does beyond its name (apis.CALL_FACTS), as facts on the event:
@@ -250,6 +312,27 @@ class Builder(Classes, Linking):
                 if v is UNKNOWN or v == off:
                     continue  # turned off, or it cannot be told: no fact
             ev.data[fact] = value
+
+    def _loaded_quantized(self, expr: Optional[cst.BaseExpression], at: Call) -> bool:
+        """`expr` is a model loaded in 4 or 8 bits: from_pretrained with a BitsAndBytesConfig (or the legacy
+        load_in_4bit / load_in_8bit keywords) whose flag is known to be True."""
+        load = self.call_for(expr, at.scope, "load_model")
+        if load is None:
+            return False
+        flags = ("load_in_4bit", "load_in_8bit")
+        q = self.keyword(load, "quantization_config")
+        if q is UNKNOWN:
+            return False
+        if q is not None:
+            bnb = self.call_for(q, load.scope, "BitsAndBytesConfig")
+            if bnb is None:
+                return False
+            load = bnb
+        for flag in flags:
+            v = self.keyword(load, flag)
+            if v is not None and v is not UNKNOWN and self.value(v, load.scope) is True:
+                return True
+        return False
 
     def _bind_result(self, t: Timeline, step: Step, call: Call) -> None:
         targets = call.targets
