@@ -168,7 +168,8 @@ class LintContext:
         `_collector`: the file's records, for use while the analysis itself is being built."""
         if package not in self._versions:
             tv = versions.resolve(
-                package, self.path, self._explicit, self._config, self._config_source, self._use_installed
+                package, self.path, self._explicit, self._config, self._config_source, self._use_installed,
+                stop=self.options.get("project_root"),
             )
             if tv.kind == "unknown":
                 ev = versions.proven(package, _collector if _collector is not None else self.analysis.c)

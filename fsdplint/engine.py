@@ -294,7 +294,7 @@ def _project(settings: Settings, path: Optional[Path]):
     from fsdplint.analysis.index import project_for
 
     try:
-        return project_for(path, settings.cache_dir, settings.use_cache)
+        return project_for(path, settings.cache_dir, settings.use_cache, settings.options.get("project_root"))
     except OSError:
         return None
 
@@ -466,7 +466,7 @@ def _library_versions(path: Optional[Path], settings: Settings, fcfg: FileConfig
 
     source = str(fcfg.config.source.name) if fcfg.config.source else "[tool.fsdplint]"
     return {pkg: versions_mod.resolve(pkg, path, settings.targets, fcfg.config.target_version, source,
-                                      settings.use_installed)
+                                      settings.use_installed, stop=settings.options.get("project_root"))
             for pkg in ("transformers", "bitsandbytes")}
 
 

@@ -490,13 +490,20 @@ _PROJECTS: dict[tuple, Project] = {}
 _ROOTS: dict[Path, Optional[Path]] = {}
 
 
-def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True) -> Optional[Project]:
-    """The project `path` belongs to (None outside any project or for stdin without a file name)."""
+def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True,
+                linted: Optional[str] = None) -> Optional[Project]:
+    """The project `path` belongs to (None outside any project or for stdin without a file name).
+    Without a root marker above the file, the directory being linted (`linted`) is the root when it
+    holds the file: `fsdplint check .` in a folder of scripts resolves their imports of each other."""
     if path is None:
         return None
     try:
         d = path.parent.resolve()
         root = _ROOTS[d] if d in _ROOTS else _ROOTS.setdefault(d, find_root(path))
+        if root is None and linted:
+            top = Path(linted).resolve()
+            if top == d or top in d.parents:
+                root = top
     except OSError:
         return None
     if root is None:
