@@ -328,6 +328,18 @@ class Fsdp1MixedRequiresGrad(Rule):
             target={"torch": "2.4"},
             line=6,
         ),
+        # strategy="fsdp": one root unit over the whole LoRA model, use_orig_params=False (Lightning 2.0).
+        Invalid(
+            """
+            from lightning.fabric import Fabric
+            from peft import LoraConfig, get_peft_model
+
+            fabric = Fabric(devices=2, strategy="fsdp")
+            model = fabric.setup_module(get_peft_model(model, LoraConfig(r=4, target_modules=["c_attn"])))
+            """,
+            target={"torch": "2.2", "lightning": "2.0.8"},
+            line=4,
+        ),
         # Lightning 2.0 leaves use_orig_params to FSDP (False), so torch >= 2.1 refuses the mixed blocks too.
         Invalid(
             """
@@ -472,20 +484,21 @@ class Fsdp1MixedRequiresGrad(Rule):
             return
         for lf in lightning_fsdp(a, ctx):
             call = lf.strategy
-            if call is None:
-                continue  # a registry name ("fsdp"): no auto_wrap_policy, one root unit (not judged here)
-            kws = a.keywords(call)
-            if kws is None:
-                continue
-            policy_expr = kws.get("auto_wrap_policy")
-            policy = "layers" if _module_set(a, policy_expr, call.scope) else _policy_kind(a, policy_expr, call.scope)
+            if call is None:  # a registry name ("fsdp"): no auto_wrap_policy, one root unit
+                kws, policy = {}, "none"
+            else:
+                kws = a.keywords(call)
+                if kws is None:
+                    continue
+                policy_expr = kws.get("auto_wrap_policy")
+                policy = "layers" if _module_set(a, policy_expr, call.scope) else _policy_kind(a, policy_expr, call.scope)
             if policy not in ("none", "layers"):
                 continue
             uop_expr = kws.get("use_orig_params")
             uop, why = lightning_orig_params(a, ctx, lf)
             where = ("the root unit holds every parameter" if policy == "none" else
                      "the policy wraps whole blocks, so each unit holds frozen base weights and trainable LoRA weights")
-            node = call.kwarg("auto_wrap_policy") or call.node
+            node = (call.kwarg("auto_wrap_policy") or call.node) if call is not None else lf.node
             if tv < "2.1":
                 ctx.report(node, f"Lightning's FSDPStrategy wraps this LoRA model with FSDP1 and {where}; on "
                                  f"{tv.describe()} FSDP1 requires uniform requires_grad in every unit even with "

@@ -87,8 +87,10 @@ class OptimizerBeforeWrap(Rule):
     Lightning: 2.1.0 made `FSDPStrategy` pass `use_orig_params=True` on torch >= 2.0 (read in Lightning 2.0.0,
     2.0.9 and 2.1.0 `fabric/strategies/fsdp.py` and `pytorch/strategies/fsdp.py`); before it Fabric's
     `setup_optimizers` and the Trainer raise "The optimizer does not seem to reference any FSDP parameters",
-    and Fabric 2.0 refuses `setup(model, optimizer)`. An unknown Lightning version gives a warning
-    (`fsdplint/behaviour.py`, `lightning_fsdp_use_orig_params`).
+    and Fabric 2.0 refuses `setup(model, optimizer)`. With an unknown Lightning version an optimizer built
+    before `setup_module` is a warning; `configure_optimizers` over `self.parameters()` and a joint
+    `fabric.setup(model, optimizer)` — Lightning's own patterns from 2.1 — are reported only on a known
+    version (`fsdplint/behaviour.py`, `lightning_fsdp_use_orig_params`).
 
     ## References
     - PyTorch FSDP docs (torch 2.0 fsdp.html): "the optimizer must be initialized after the module has been
@@ -246,6 +248,23 @@ class OptimizerBeforeWrap(Rule):
             """,
             target={"lightning": "2.3.0", "torch": "2.3"},
         ),
+        # An unknown Lightning version: Lightning's own pattern is right from 2.1 on (and 2.0 refuses it at
+        # once), so neither configure_optimizers over self.parameters() nor a joint setup is reported.
+        Valid(
+            """
+            import torch
+            import lightning as L
+
+            class Module(L.LightningModule):
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+            L.Trainer(strategy="fsdp").fit(Module())
+            fabric = L.Fabric(strategy="fsdp")
+            optimizer = torch.optim.Adam(model.parameters())
+            model, optimizer = fabric.setup(model, optimizer)
+            """,
+        ),
         # Not FSDP: the optimizer order does not matter under DDP.
         Valid(
             """
@@ -396,19 +415,17 @@ class OptimizerBeforeWrap(Rule):
             """,
             line=14,
         ),
-        # With an unknown Lightning version it is a warning that asks for the version.
+        # Fabric with an unknown Lightning version: a warning that asks for the version.
         Invalid(
             """
             import torch
-            import lightning.pytorch as pl
+            import lightning as L
 
-            class Module(pl.LightningModule):
-                def configure_optimizers(self):
-                    return torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-
-            pl.Trainer(strategy="fsdp").fit(Module())
+            fabric = L.Fabric(strategy="fsdp")
+            optimizer = torch.optim.Adam(model.parameters())
+            model = fabric.setup_module(model)
             """,
-            line=6,
+            line=5,
             severity="warning",
         ),
     ]
@@ -465,10 +482,13 @@ def _lightning_orig_params(ctx, strategies) -> tuple[Optional[bool], str]:
     return False, got[0][1]
 
 
-def _report_lightning(ctx, node, uop, why, what: str) -> None:
+def _report_lightning(ctx, node, uop, why, what: str, when_unknown: bool = True) -> None:
+    """`when_unknown`: report (a warning) when the Lightning version cannot tell use_orig_params."""
     severity = None
     tail = f" ({why}.)"
     if uop is None:
+        if not when_unknown and not ctx.strict_versions:
+            return
         # Only as sure as the Lightning version: a warning, unless `strict-versions = true`.
         lv = ctx.version("lightning")
         severity = None if ctx.strict_versions else Severity.WARNING
@@ -500,8 +520,10 @@ def _check_fabric_setup(ctx, t, opt, fabrics) -> None:
     joint = s.data.get("method") == "setup" and bool(s.data.get("optimizers"))
     how = (f"passed with it to fabric.setup (line {ctx.line(s.node)})" if joint else
            f"then set up with fabric.{s.data.get('method')} (line {ctx.line(s.node)})")
+    # A joint setup is Fabric's documented pattern from 2.1 (and 2.0 refuses it at once): only when known.
     _report_lightning(ctx, opt.node, uop, why,
-                      f"The optimizer is built from the model's parameters before Fabric wraps the model ({how}):")
+                      f"The optimizer is built from the model's parameters before Fabric wraps the model ({how}):",
+                      when_unknown=not joint)
 
 
 def _check_lightning_module(ctx, trainers) -> None:
@@ -529,7 +551,7 @@ def _check_lightning_module(ctx, trainers) -> None:
             _report_lightning(ctx, node, uop[0], uop[1],
                               "configure_optimizers builds the optimizer from the LightningModule's own parameters "
                               f"{where}(not self.trainer.model.parameters()), and Lightning calls it after wrapping "
-                              "the module:")
+                              "the module:", when_unknown=False)
 
 
 def _hook_optimizers(ctx, klass, hook):
