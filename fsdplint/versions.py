@@ -12,7 +12,8 @@ The project of a file is found by walking up from it to the nearest directory
 with a `pyproject.toml`, `setup.cfg`, `setup.py` or `.git` (its root):
 requirement files between the file and that root count, nothing above it does,
 and fsdplint's own pyproject (its fixtures, its examples) declares nothing for
-the scripts it lints.
+the scripts it lints. Without a marker above the file, the directory being
+linted (`fsdplint check DIR`) plays the root.
 
 A version that was declared, pinned or installed is *known*; one the code
 proves is a lower bound, and an unknown one is the oldest version fsdplint
