@@ -1,12 +1,12 @@
 import re
+from typing import Optional
 
 import libcst as cst
 
-from typing import Optional
-
 from fsdplint.analysis import UNKNOWN
+from fsdplint.apis import api_of
 from fsdplint.analysis.lightning import (
-    SHARDED_HOOK, lightning_fsdp, lightning_module_classes, parameter_roots, use_orig_params,
+    SHARDED_HOOK, lightning_fsdp, lightning_module_classes, lookup_project, parameter_roots, use_orig_params,
 )
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, RemoveStatement, contains, unsafe
@@ -541,17 +541,78 @@ def _check_lightning_module(ctx, trainers) -> None:
         if hook is None:
             continue
         for node, roots, where in _hook_optimizers(ctx, klass, hook):
-            if not roots or any(r.startswith("self.trainer") for r in roots) or not all(
-                    r == "self" or r.startswith("self.") for r in roots):
+            if not _own_parameters(roots):
                 continue
             if uop is None:
                 uop = _lightning_orig_params(ctx, trainers)
             if uop[0] is True:
                 return
-            _report_lightning(ctx, node, uop[0], uop[1],
-                              "configure_optimizers builds the optimizer from the LightningModule's own parameters "
-                              f"{where}(not self.trainer.model.parameters()), and Lightning calls it after wrapping "
-                              "the module:", when_unknown=False)
+            _report_module_optimizer(ctx, node, uop, where)
+    # A LightningModule of another module of the project, built here (`trainer.fit(Module())`).
+    for call, roots, where in _foreign_module_optimizers(ctx):
+        if not _own_parameters(roots):
+            continue
+        if uop is None:
+            uop = _lightning_orig_params(ctx, trainers)
+        if uop[0] is True:
+            return
+        _report_module_optimizer(ctx, call.node, uop, where)
+
+
+def _own_parameters(roots) -> bool:
+    """Parameters read from the LightningModule itself (`self`, `self.model`), none from `self.trainer.model`."""
+    return bool(roots) and not any(r.startswith("self.trainer") for r in roots) and all(
+        r == "self" or r.startswith("self.") for r in roots)
+
+
+def _report_module_optimizer(ctx, node, uop, where) -> None:
+    _report_lightning(ctx, node, uop[0], uop[1],
+                      "configure_optimizers builds the optimizer from the LightningModule's own parameters "
+                      f"{where}(not self.trainer.model.parameters()), and Lightning calls it after wrapping "
+                      "the module:", when_unknown=False)
+
+
+def _foreign_module_optimizers(ctx):
+    """(the call in this file that builds the module, parameter roots, where the optimizer is built) for
+    LightningModule classes of other modules of the project that this file instantiates."""
+    a = ctx.analysis
+    found_project = lookup_project(ctx)
+    if found_project is None:
+        return
+    project, path = found_project
+    seen: set = set()
+    for call in a.c.calls:
+        f = call.func
+        if not f or "." in f or call.api is not None or f in a.c.class_bases or f in seen:
+            continue
+        seen.add(f)
+        try:
+            found = project.resolve(path, a._imports(None), f"{f}.configure_optimizers")
+            fm = project.module(found[0], found[1]) if found is not None else None
+        except (OSError, RecursionError):
+            continue
+        if fm is None:
+            continue
+        klass = found[1].split(".", 1)[0]
+        c = fm.collector
+        if (klass, SHARDED_HOOK) in c.methods or not _derives_lightning_module(c, klass):
+            continue
+        hook = c.methods.get((klass, "configure_optimizers"))
+        for inner in (hook.calls if hook is not None else ()):
+            if inner.api == "optimizer":
+                where = f"(in {fm.display}:{fm.positions.range(inner.node)[0].row}) "
+                yield call, _plain_roots(inner.arg(0, "params"), inner.scope), where
+
+
+def _derives_lightning_module(c, klass: str) -> bool:
+    for base in c.class_bases.get(klass, ()):
+        try:
+            q = c.resolver.qualify(cst.parse_expression(base))
+        except Exception:  # noqa: BLE001 - an odd base expression: not a library class
+            continue
+        if api_of(q) == "lightning_LightningModule":
+            return True
+    return False
 
 
 def _hook_optimizers(ctx, klass, hook):
@@ -567,7 +628,7 @@ def _hook_optimizers(ctx, klass, hook):
         parts = f.split(".")
         if len(parts) != 3 or parts[0] != "self":
             continue
-        target = _submodule_method(a, klass, parts[1], parts[2])
+        target = _submodule_method(ctx, klass, parts[1], parts[2])
         if target is None:
             continue
         scope, fm = target
@@ -608,9 +669,10 @@ def _plain_roots(expr, scope, depth: int = 0) -> list[str]:
     return out
 
 
-def _submodule_method(a, klass, attr, meth):
+def _submodule_method(ctx, klass, attr, meth):
     """The method `meth` of the class `self.<attr>` is built from in `klass` (`self.gpt = GPT(...)`): in this
     file, or in another module of the project. (scope, the other module or None for this file)."""
+    a = ctx.analysis
     ctor = None
     for (k, _), scope in a.c.methods.items():
         if k != klass:
@@ -623,15 +685,16 @@ def _submodule_method(a, klass, attr, meth):
     local = a.c.methods.get((ctor, meth))
     if local is not None:
         return local, None
-    project = getattr(a, "project", None)
-    if project is None or a.path is None:
+    found_project = lookup_project(ctx)
+    if found_project is None:
         return None
+    project, path = found_project
     try:
-        found = project.resolve(a.path, a._imports(None), f"{ctor}.{meth}")
+        found = project.resolve(path, a._imports(None), f"{ctor}.{meth}")
         if found is None:
             return None
-        path, qual = found
-        fm = project.module(path, qual)
+        fm = project.module(*found)
+        qual = found[1]
     except (OSError, RecursionError):
         return None
     if fm is None:

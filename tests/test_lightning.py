@@ -161,3 +161,27 @@ def test_trainer_checkpoint_before_2_1_and_the_gathering_subclass(folder):
         """)})
     results = run(".")
     assert found(results, "FSDP402") == [("plain.py", 5, "error")]
+
+
+def test_a_lightning_module_of_another_file_built_where_the_trainer_runs(folder):
+    write(folder, {
+        "requirements.txt": "pytorch-lightning==2.0.2\n",
+        "model.py": """
+            import torch
+            import pytorch_lightning as pl
+
+
+            class Module(pl.LightningModule):
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.parameters(), lr=1e-4)
+        """,
+        "train.py": """
+            import pytorch_lightning as pl
+            from model import Module
+
+            module = Module()
+            pl.Trainer(strategy="fsdp").fit(module)
+        """,
+    })
+    # reported where the module is built for the FSDP Trainer; model.py alone runs no Trainer
+    assert found(run("."), "FSDP102") == [("train.py", 4, "error")]

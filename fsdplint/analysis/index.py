@@ -493,8 +493,9 @@ _ROOTS: dict[Path, Optional[Path]] = {}
 def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True,
                 linted: Optional[str] = None) -> Optional[Project]:
     """The project `path` belongs to (None outside any project or for stdin without a file name).
-    Without a root marker above the file, the directory being linted (`linted`) is the root when it
-    holds the file: `fsdplint check .` in a folder of scripts resolves their imports of each other."""
+    `linted`: the directory being linted, the root when no marker sits above the file and it holds the
+    file — for lookups of a definition in a sibling script (analysis/lightning.py `lookup_project`); the
+    engine's summaries stay off there, since values do not yet follow a call into another module."""
     if path is None:
         return None
     try:

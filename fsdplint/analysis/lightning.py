@@ -227,3 +227,19 @@ def parameter_roots(a, expr, scope: Scope, depth: int = 0) -> list[str]:
             continue
         stack.extend(node.children)
     return out
+
+
+def lookup_project(ctx):
+    """(project, this file's path) to look a class up in (`self.net = Net()` of another file): the file's own
+    project, else the folder being linted when no project marker sits above the file; None without a file."""
+    a = ctx.analysis
+    if ctx.path is None:
+        return None
+    path = ctx.path.resolve()
+    if getattr(a, "project", None) is not None:
+        return a.project, path
+    from fsdplint.analysis.index import project_for
+
+    linted = ctx.options.get("project_root")
+    project = project_for(path, use_cache=False, linted=linted) if linted else None
+    return (project, path) if project is not None else None
