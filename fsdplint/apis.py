@@ -139,16 +139,37 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
     ),
     # --- Lightning: FSDP chosen as the Fabric / Trainer strategy ---
+    # (Lightning 1.x: the Trainer's torch FSDP strategy was DDPFullyShardedNativeStrategy, "fsdp_native".)
     "lightning_FSDPStrategy": (
         "lightning.fabric.strategies.FSDPStrategy",
         "lightning.fabric.strategies.fsdp.FSDPStrategy",
         "lightning.pytorch.strategies.FSDPStrategy",
         "lightning.pytorch.strategies.fsdp.FSDPStrategy",
         "lightning_fabric.strategies.FSDPStrategy",
+        "lightning_fabric.strategies.fsdp.FSDPStrategy",
         "pytorch_lightning.strategies.FSDPStrategy",
+        "pytorch_lightning.strategies.fsdp.FSDPStrategy",
+        "pytorch_lightning.strategies.DDPFullyShardedNativeStrategy",
+        "pytorch_lightning.strategies.fully_sharded_native.DDPFullyShardedNativeStrategy",
     ),
-    "lightning_Fabric": ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"),
-    "lightning_Trainer": ("lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer"),
+    "lightning_Fabric": (
+        "lightning.Fabric", "lightning.fabric.Fabric", "lightning.fabric.fabric.Fabric",
+        "lightning_fabric.Fabric", "lightning_fabric.fabric.Fabric",
+    ),
+    "lightning_Trainer": (
+        "lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer",
+        "pytorch_lightning.Trainer", "pytorch_lightning.trainer.trainer.Trainer",
+    ),
+    "lightning_LightningModule": (
+        "lightning.LightningModule", "lightning.pytorch.LightningModule", "lightning.pytorch.core.LightningModule",
+        "lightning.pytorch.core.module.LightningModule", "pytorch_lightning.LightningModule",
+        "pytorch_lightning.core.LightningModule", "pytorch_lightning.core.module.LightningModule",
+        "pytorch_lightning.core.lightning.LightningModule",
+    ),
+    "lightning_ModelCheckpoint": (
+        "lightning.pytorch.callbacks.ModelCheckpoint", "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint",
+        "pytorch_lightning.callbacks.ModelCheckpoint", "pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint",
+    ),
     # loralib's (and lit-llama's / litgpt's) freeze of every non-LoRA parameter.
     "mark_only_lora_as_trainable": (
         "loralib.mark_only_lora_as_trainable",

@@ -209,6 +209,58 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="0.26.0",
         read="trl v0.26.0, v0.27.0, v0.29.0, v1.0.0 trl/trainer/utils.py; v1.5.0 utils.py and model_config.py (default None)",
     ),
+    Behaviour(
+        "transformers_kv_cache_object", "transformers",
+        "Decoder layers write their keys/values into a Cache object (DynamicCache) passed through the forward, "
+        "so a layer recomputed by activation checkpointing appends to the cache a second time.",
+        since="4.36.0",
+        before="layers returned new (key, value) tuples: a recomputed layer mutates nothing",
+        read="transformers 4.35.2 models/llama/modeling_llama.py (`past_key_value = (key_states, value_states)`, "
+             "no cache_utils.py) and 4.36.0 cache_utils.py, modeling_llama.py and modeling_mixtral.py "
+             "(`past_key_value.update(...)`)",
+        unverified="4.36.0 moved Llama/Mistral/Mixtral; other architectures (T5 in 4.36.0 still returns tuples) "
+                   "moved later, release by release, and are not tracked per model",
+    ),
+    # -- Lightning (Trainer and Fabric): what FSDPStrategy passes to FSDP1 and saves --------------------
+    Behaviour(
+        "lightning_fsdp_use_orig_params", "lightning",
+        "FSDPStrategy (Fabric and Trainer) passes use_orig_params=True to FullyShardedDataParallel unless the "
+        "strategy is given use_orig_params= (on torch >= 2.0), so the module keeps its original parameters: an "
+        "optimizer built from them, or from the LightningModule's own self.parameters(), steps the trained "
+        "weights.",
+        since="2.1.0",
+        before="use_orig_params was left to torch (False): Fabric's setup_optimizers and the Trainer raise "
+               "\"The optimizer does not seem to reference any FSDP parameters\" for an optimizer over the "
+               "unwrapped parameters, and Fabric refuses setup(model, optimizer)",
+        read="Lightning 2.0.0 and 2.0.9 src/lightning/{fabric,pytorch}/strategies/fsdp.py (no use_orig_params; "
+             "fabric setup_module_and_optimizers raises NotImplementedError); 2.1.0 (`self._fsdp_kwargs."
+             "setdefault(\"use_orig_params\", True)` / `self.kwargs.setdefault(...)` under _TORCH_GREATER_EQUAL_2_0); "
+             "1.9.5 src/pytorch_lightning/strategies/fully_sharded_native.py (setup_optimizers raises the same "
+             "ValueError); CHANGELOG 2.1.0 (#17309)",
+    ),
+    Behaviour(
+        "lightning_fsdp_full_checkpoint", "lightning",
+        "The Trainer's FSDPStrategy checkpoints the wrapped model's state dict, gathered under FSDP's "
+        "state_dict_type context (state_dict_type=\"full\" by default).",
+        since="2.1.0",
+        before="the strategy inherited Strategy.lightning_module_state_dict, the state_dict() of the unwrapped "
+               "LightningModule inside FSDP, which misses the weights FSDP flattened into the root's "
+               "FlatParameter: checkpoints (ModelCheckpoint, trainer.save_checkpoint) load with missing keys",
+        read="Lightning 1.9.5 pytorch_lightning/strategies/fully_sharded_native.py and 2.0.0 src/lightning/pytorch/"
+             "strategies/fsdp.py (no lightning_module_state_dict); 2.1.0 (lightning_module_state_dict with "
+             "_get_full_state_dict_context / _get_sharded_state_dict_context); CHANGELOG 2.1.0 (#16558 \"Enabled "
+             "saving the full model state dict when using the FSDPStrategy\")",
+    ),
+    Behaviour(
+        "lightning_trainer_fsdp_is_torch", "lightning",
+        "Trainer(strategy=\"fsdp\") is torch's FullyShardedDataParallel (FSDPStrategy); before 2.0 the torch "
+        "strategy was strategy=\"fsdp_native\" and \"fsdp\" meant FairScale's DDPFullyShardedStrategy.",
+        since="2.0.0",
+        read="Lightning 1.8.6 and 1.9.5 pytorch_lightning/strategies/fully_sharded.py (\"fsdp\": FairScale) and "
+             "fully_sharded_native.py (\"fsdp_native\", \"fsdp_native_full_shard_offload\"); 2.0.0 CHANGELOG "
+             "(\"strategy=\\\"fsdp_native\\\" is now strategy=\\\"fsdp\\\"\"); lightning_fabric 1.9.5 registers \"fsdp\" "
+             "and \"fsdp_full_shard_offload\" for torch FSDP",
+    ),
     # -- training tools (axolotl, LLaMA-Factory): what the tool builds from its config --------------
     Behaviour(
         "axolotl_qlora_fsdp_storage", "axolotl",
@@ -329,6 +381,8 @@ def holds(key: str, target) -> Optional[bool]:
             return True
         return None
     if b.since is not None and v < Version(b.since):
+        if v.is_prerelease and Version(v.base_version) == Version(b.since):
+            return None  # a development build of the release that brought it: either side of the change
         return False
     if b.until is not None and v >= Version(b.until):
         return False

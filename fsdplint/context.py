@@ -182,7 +182,8 @@ class LintContext:
         `_collector`: the file's records, for use while the analysis itself is being built."""
         if package not in self._versions:
             tv = versions.resolve(
-                package, self.path, self._explicit, self._config, self._config_source, self._use_installed
+                package, self.path, self._explicit, self._config, self._config_source, self._use_installed,
+                stop=self.options.get("project_root"),
             )
             resolving = self.__dict__.setdefault("_resolving", set())
             if tv.kind == "installed" and package not in resolving:

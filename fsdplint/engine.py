@@ -467,7 +467,7 @@ def _library_versions(path: Optional[Path], settings: Settings, fcfg: FileConfig
 
     source = str(fcfg.config.source.name) if fcfg.config.source else "[tool.fsdplint]"
     return {pkg: versions_mod.resolve(pkg, path, settings.targets, fcfg.config.target_version, source,
-                                      settings.use_installed)
+                                      settings.use_installed, stop=settings.options.get("project_root"))
             for pkg in ("transformers", "bitsandbytes")}
 
 

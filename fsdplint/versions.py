@@ -12,7 +12,8 @@ The project of a file is found by walking up from it to the nearest directory
 with a `pyproject.toml`, `setup.cfg`, `setup.py` or `.git` (its root):
 requirement files between the file and that root count, nothing above it does,
 and fsdplint's own pyproject (its fixtures, its examples) declares nothing for
-the scripts it lints.
+the scripts it lints. Without a marker above the file, the directory being
+linted (`fsdplint check DIR`) plays the root.
 
 A version that was declared, pinned or installed is *known*; one the code
 proves is a lower bound, and an unknown one is the oldest version fsdplint
@@ -37,8 +38,13 @@ DEFAULTS = {
     "accelerate": "1.0.0",
     "bitsandbytes": "0.43.0",
     "trl": "0.11.0",
+    "lightning": "2.0.0",
 }
 PACKAGES = tuple(DEFAULTS)
+# Distributions that ship one package under several names, in the order a pin is looked for: Lightning's
+# Trainer and Fabric come as `lightning` (both), `pytorch-lightning` and `lightning-fabric`, released together
+# with one version number.
+ALIASES = {"lightning": ("lightning", "pytorch-lightning", "lightning-fabric")}
 
 _REQ_FILES = ("requirements*.txt", "requirements/*.txt")
 _LOCKS = ("uv.lock", "poetry.lock", "pdm.lock", "pylock.toml")
@@ -206,9 +212,10 @@ def _is_fsdplint_itself(d: Path) -> bool:
 
 
 @functools.lru_cache(maxsize=512)
-def project_dirs(directory: Path) -> tuple[Path, ...]:
+def project_dirs(directory: Path, stop: Optional[Path] = None) -> tuple[Path, ...]:
     """The directories from `directory` up to its project's root (inclusive); none above it.
-    Empty inside fsdplint's own checkout."""
+    Empty inside fsdplint's own checkout. Without a root marker above, the directories up to `stop`
+    (the directory being linted) when it holds the file, else only the file's own directory."""
     out = []
     for d in (directory, *directory.parents):
         out.append(d)
@@ -217,8 +224,11 @@ def project_dirs(directory: Path) -> tuple[Path, ...]:
                 return ()
             break
     else:
-        # No project root above: the nearest directory declaring requirements ends the project
-        # (a checkout copied without `.git`: `examples/x/run.sh` below the top's requirements.txt).
+        # No project root above: the directories up to the linted one when it holds the file; else the
+        # nearest directory declaring requirements ends the project (a checkout copied without `.git`:
+        # `examples/x/run.sh` below the top's requirements.txt).
+        if stop is not None and (stop == directory or stop in directory.parents):
+            return tuple(d for d in (directory, *directory.parents) if d == stop or stop in d.parents)
         for k, d in enumerate(out[:8]):
             if any(d.glob("requirements*.txt")) or (d / "requirements").is_dir():
                 return tuple(out[:k + 1])
@@ -227,9 +237,9 @@ def project_dirs(directory: Path) -> tuple[Path, ...]:
 
 
 @functools.lru_cache(maxsize=512)
-def _declared(directory: Path, package: str) -> Optional[tuple[Optional[Version], str, str]]:
+def _declared(directory: Path, package: str, stop: Optional[Path] = None) -> Optional[tuple[Optional[Version], str, str]]:
     """(version or None when unbounded below, where, kind "lock"/"declared") for the file's project."""
-    dirs = project_dirs(directory)
+    dirs = project_dirs(directory, stop)
     for d in dirs:
         for lock in _LOCKS:
             p = d / lock
@@ -261,9 +271,11 @@ def resolve(
     config: Mapping[str, str] = {},
     config_source: str = "[tool.fsdplint]",
     use_installed: bool = True,
+    stop: Optional[Path] = None,
 ) -> TargetVersion:
     """The version from the project and the environment; "unknown" when neither says (the caller
-    may then ask the code, see `proven`)."""
+    may then ask the code, see `proven`). `stop`: the directory being linted, the highest place a
+    requirement file counts when no project root marker sits above the file."""
     if package in explicit:
         v = parse_version(explicit[package])
         if v is not None:
@@ -273,15 +285,17 @@ def resolve(
         if v is not None:
             return TargetVersion(package, v, config_source, "config")
     unbounded = None
+    names = ALIASES.get(package, (package,))
     if path is not None:
-        hit = _declared(path.resolve().parent, package)
-        if hit is not None:
-            v, where, kind = hit
-            if v is not None:
-                return TargetVersion(package, v, where, kind)
-            unbounded = where
+        for name in names:
+            hit = _declared(path.resolve().parent, name, Path(stop).resolve() if stop else None)
+            if hit is not None:
+                v, where, kind = hit
+                if v is not None:
+                    return TargetVersion(package, v, where, kind)
+                unbounded = unbounded or where
     if use_installed:
-        v = _installed(package)
+        v = next((x for x in map(_installed, names) if x is not None), None)
         if v is not None:
             src = "installed" if unbounded is None else f"installed; {unbounded} has no lower bound"
             return TargetVersion(package, Version(f"{v.major}.{v.minor}.{v.micro}"), src, "installed")

@@ -121,6 +121,18 @@ def fsdp_checkpointing(a) -> list[FsdpCheckpointing]:
         s = launch.get("activation_checkpointing")
         if s is not None and s.value is True:
             out.append(FsdpCheckpointing(s.node, s))
+    # Lightning's FSDPStrategy(activation_checkpointing=... | activation_checkpointing_policy=...) applies
+    # apply_activation_checkpointing to the wrapped model (fabric/strategies/fsdp.py _setup_activation_checkpointing).
+    from fsdplint.analysis.lightning import lightning_fsdp
+
+    for lf in lightning_fsdp(a):
+        for key in ("activation_checkpointing_policy", "activation_checkpointing"):
+            expr = lf.setting(a, key)
+            if expr is None or expr is UNKNOWN or a.value(expr, lf.strategy.scope) is None:
+                continue
+            arg = lf.strategy.kwarg(key)
+            out.append(FsdpCheckpointing(arg if arg is not None else lf.strategy.node))
+            break
     return out
 
 

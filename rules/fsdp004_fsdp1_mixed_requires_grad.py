@@ -1,5 +1,7 @@
 from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
+from fsdplint.analysis.lightning import lightning_fsdp
+from fsdplint.analysis.lightning import use_orig_params as lightning_orig_params
 from fsdplint.apis import api_of
 from fsdplint.audit.examples import spec
 from fsdplint.findings import Applicability, Severity
@@ -59,8 +61,9 @@ class Fsdp1MixedRequiresGrad(Rule):
     Simulates the FSDP1 auto-wrap policy and checks that every unit's parameters are uniformly frozen or
     uniformly trainable when `use_orig_params=False`. In scripts, also finds Lightning's `FSDPStrategy`
     (the `strategy=` of `Fabric` / `Trainer`) over a LoRA model (peft, or loralib's
-    `mark_only_lora_as_trainable`) whose `auto_wrap_policy` wraps whole blocks: Lightning defaults
-    `use_orig_params=True` on torch >= 2.0, so it is reported on torch 2.0 or with `use_orig_params=False`.
+    `mark_only_lora_as_trainable`) whose `auto_wrap_policy` wraps whole blocks: Lightning >= 2.1 passes
+    `use_orig_params=True` on torch >= 2.0 (2.0 left FSDP's `False`), so it is reported on torch 2.0, with
+    `use_orig_params=False`, or on Lightning 2.0 (see `fsdplint/analysis/lightning.py`).
     Without PEFT, finds a model class of the script whose `__init__` freezes one of its own submodules
     (`self.k.requires_grad_(False)`, or a loop over `self.k.parameters()`) next to trainable ones, wrapped
     with no policy or a block policy that does not give the frozen submodule a unit of its own.
@@ -360,6 +363,35 @@ class Fsdp1MixedRequiresGrad(Rule):
             target={"torch": "2.4"},
             line=6,
         ),
+        # strategy="fsdp": one root unit over the whole LoRA model, use_orig_params=False (Lightning 2.0).
+        Invalid(
+            """
+            from lightning.fabric import Fabric
+            from peft import LoraConfig, get_peft_model
+
+            fabric = Fabric(devices=2, strategy="fsdp")
+            model = fabric.setup_module(get_peft_model(model, LoraConfig(r=4, target_modules=["c_attn"])))
+            """,
+            target={"torch": "2.2", "lightning": "2.0.8"},
+            line=4,
+        ),
+        # Lightning 2.0 leaves use_orig_params to FSDP (False), so torch >= 2.1 refuses the mixed blocks too.
+        Invalid(
+            """
+            import pytorch_lightning as pl
+            from pytorch_lightning.strategies import FSDPStrategy
+            from peft import LoraConfig, get_peft_model
+
+            class Module(pl.LightningModule):
+                def __init__(self, base):
+                    super().__init__()
+                    self.model = get_peft_model(base, LoraConfig(r=8, target_modules=["q", "v"]))
+
+            pl.Trainer(strategy=FSDPStrategy(auto_wrap_policy={T5Block})).fit(Module(base))
+            """,
+            target={"torch": "2.1", "lightning": "2.0.0"},
+            line=10,
+        ),
     ]
 
     AUDIT_VALID = [
@@ -489,29 +521,29 @@ class Fsdp1MixedRequiresGrad(Rule):
 
     def _check_lightning(self, ctx, tv) -> None:
         """Lightning's FSDPStrategy (Fabric / Trainer `strategy=`) is the FSDP1 wrap: its auto_wrap_policy
-        decides the units. Lightning defaults use_orig_params=True on torch >= 2.0 (fabric/strategies/fsdp.py,
-        pytorch/strategies/fsdp.py), so on torch >= 2.1 only an explicit use_orig_params=False mixes badly."""
+        decides the units. Lightning >= 2.1 passes use_orig_params=True on torch >= 2.0, 2.0 leaves FSDP's False
+        (behaviour.py `lightning_fsdp_use_orig_params`), so on torch >= 2.1 only use_orig_params=False — written,
+        or Lightning 2.0's — mixes badly; an unknown Lightning version is not reported there."""
         a = ctx.analysis
         if not (a.uses_peft or a.calls("mark_only_lora_as_trainable")):
             return
-        used = _lightning_strategies(a)
-        for call in a.calls("lightning_FSDPStrategy"):
-            if id(call) not in used:
-                continue
-            kws = a.keywords(call)
-            if kws is None:
-                continue
-            policy_expr = kws.get("auto_wrap_policy")
-            policy = "layers" if _module_set(a, policy_expr, call.scope) else _policy_kind(a, policy_expr, call.scope)
+        for lf in lightning_fsdp(a, ctx):
+            call = lf.strategy
+            if call is None:  # a registry name ("fsdp"): no auto_wrap_policy, one root unit
+                kws, policy = {}, "none"
+            else:
+                kws = a.keywords(call)
+                if kws is None:
+                    continue
+                policy_expr = kws.get("auto_wrap_policy")
+                policy = "layers" if _module_set(a, policy_expr, call.scope) else _policy_kind(a, policy_expr, call.scope)
             if policy not in ("none", "layers"):
                 continue
             uop_expr = kws.get("use_orig_params")
-            uop = a.value(uop_expr, call.scope) if uop_expr is not None else use_orig_params_default("lightning")
-            if uop is UNKNOWN:
-                continue
+            uop, why = lightning_orig_params(a, ctx, lf)
             where = ("the root unit holds every parameter" if policy == "none" else
                      "the policy wraps whole blocks, so each unit holds frozen base weights and trainable LoRA weights")
-            node = call.kwarg("auto_wrap_policy") or call.node
+            node = (call.kwarg("auto_wrap_policy") or call.node) if call is not None else lf.node
             if tv < "2.1":
                 ctx.report(node, f"Lightning's FSDPStrategy wraps this LoRA model with FSDP1 and {where}; on "
                                  f"{tv.describe()} FSDP1 requires uniform requires_grad in every unit even with "
@@ -519,10 +551,11 @@ class Fsdp1MixedRequiresGrad(Rule):
                                  f"pytorch#100945). Upgrade to torch >= 2.1, or give the LoRA layers their own units "
                                  f"(a lambda_auto_wrap_policy over the trainable leaves).")
             elif uop is False:
-                ctx.report(uop_expr, f"Lightning's FSDPStrategy wraps this LoRA model with FSDP1, use_orig_params=False "
-                                     f"and {where}: wrapping raises \"ValueError: ... has both parameters with "
-                                     f"requires_grad=True and False\". Drop use_orig_params=False (Lightning's default "
-                                     f"is True), or give the LoRA layers their own units.")
+                ctx.report(uop_expr if uop_expr is not None else node,
+                           f"Lightning's FSDPStrategy wraps this LoRA model with FSDP1, use_orig_params=False ({why}) "
+                           f"and {where}: wrapping raises \"ValueError: ... has both parameters with "
+                           f"requires_grad=True and False\". Drop use_orig_params=False (Lightning >= 2.1 defaults "
+                           f"to True), or give the LoRA layers their own units.")
 
     def audit(self, ctx):
         plan = ctx.plan
@@ -542,17 +575,6 @@ class Fsdp1MixedRequiresGrad(Rule):
                                  f"mixes frozen and trainable parameters.{ctx.more_units([u.name for u in mixed])} "
                                  f"Upgrade to torch >= 2.1 or use peft's fsdp_auto_wrap_policy.",
                            unit=mixed[0].name, field="fsdp")
-
-
-def _lightning_strategies(a) -> set:
-    """ids of the FSDPStrategy calls passed as `strategy=` to a Lightning Fabric or Trainer."""
-    out = set()
-    for host in a.calls("lightning_Fabric", "lightning_Trainer"):
-        expr = host.kw("strategy")
-        call = a.call_for(expr, host.scope, "lightning_FSDPStrategy") if expr is not None else None
-        if call is not None:
-            out.add(id(call))
-    return out
 
 
 def _module_set(a, expr, scope) -> bool:

@@ -1,8 +1,13 @@
 import re
+from typing import Optional
 
 import libcst as cst
 
 from fsdplint.analysis import UNKNOWN
+from fsdplint.apis import api_of
+from fsdplint.analysis.lightning import (
+    SHARDED_HOOK, lightning_fsdp, lightning_module_classes, lookup_project, parameter_roots, use_orig_params,
+)
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, RemoveStatement, contains, unsafe
 from fsdplint.resolve import dotted
@@ -31,7 +36,12 @@ class OptimizerBeforeWrap(Rule):
     and never rebuilt afterwards; under an accelerate FSDP2 launch config, a model prepared in an
     `accelerator.prepare` call without its optimizer; and, under an accelerate FSDP1 launch with
     `fsdp_use_orig_params: false`, an optimizer built before one `accelerator.prepare(model, optimizer)` call
-    when the target accelerate is 0.25.0 or newer.
+    when the target accelerate is 0.25.0 or newer. Under Lightning's FSDPStrategy (`Fabric(strategy=...)`,
+    `Trainer(strategy=...)`, a registry name such as `"fsdp"` or 1.x's `"fsdp_native"`): an optimizer built
+    before `fabric.setup_module(model)` / passed with it to `fabric.setup(model, optimizer)`, and a
+    LightningModule's `configure_optimizers` that builds it from the module's own parameters (`self.parameters()`,
+    `self.model.parameters()`, a submodule's method) instead of `self.trainer.model.parameters()` — when the
+    strategy runs FSDP1 with `use_orig_params=False`: written, or Lightning < 2.1's default.
 
     ## Why is this bad?
     FSDP shards in place and replaces the parameters: FSDP1 flattens them into `FlatParameter`s, FSDP2
@@ -74,12 +84,20 @@ class OptimizerBeforeWrap(Rule):
     sources of 0.24.1, 0.25.0, 1.0.0, 1.6.0, 1.14.0 and 1.15.0: from 0.25.0 nothing maps an FSDP1 optimizer
     onto FlatParameters (only XLA and, from 1.6.0, FSDP2 are remapped), so the stall of accelerate#2665 and
     #3256 is present in every release since.
+    Lightning: 2.1.0 made `FSDPStrategy` pass `use_orig_params=True` on torch >= 2.0 (read in Lightning 2.0.0,
+    2.0.9 and 2.1.0 `fabric/strategies/fsdp.py` and `pytorch/strategies/fsdp.py`); before it Fabric's
+    `setup_optimizers` and the Trainer raise "The optimizer does not seem to reference any FSDP parameters",
+    and Fabric 2.0 refuses `setup(model, optimizer)`. With an unknown Lightning version an optimizer built
+    before `setup_module` is a warning; `configure_optimizers` over `self.parameters()` and a joint
+    `fabric.setup(model, optimizer)` — Lightning's own patterns from 2.1 — are reported only on a known
+    version (`fsdplint/behaviour.py`, `lightning_fsdp_use_orig_params`).
 
     ## References
     - PyTorch FSDP docs (torch 2.0 fsdp.html): "the optimizer must be initialized after the module has been
       wrapped with FSDP"
     - accelerate docs usage_guides/fsdp.md; accelerate src accelerator.py
     - princeton-nlp/LESS#4
+    - rasbt/cvpr2023#10, Lightning-Universe/lightning-GPT#17, Lightning-AI/pytorch-lightning#17309
     - accelerate#2665 ("FSDP Model not learning during training, loss stays constant"), accelerate#3256
       ("Model Training Stalls with FSDP when `fsdp_use_orig_params=False`"), accelerate#2177 (removal of
       `_prepare_fsdp`), pytorch#107843
@@ -178,6 +196,87 @@ class OptimizerBeforeWrap(Rule):
         d_opt = torch.optim.Adam(discriminator.parameters())
         model = FSDP(model)
         """,
+        # Lightning calls configure_optimizers after wrapping; the wrapped model's parameters are the right ones.
+        Valid(
+            """
+            import torch
+            import lightning.pytorch as pl
+
+            class Module(pl.LightningModule):
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.trainer.model.parameters(), lr=1e-4)
+
+            pl.Trainer(strategy="fsdp").fit(Module())
+            """,
+            target={"lightning": "2.0.9"},
+        ),
+        # Lightning >= 2.1 passes use_orig_params=True: the module's own parameters survive the wrap.
+        Valid(
+            """
+            import torch
+            import pytorch_lightning as pl
+            from pytorch_lightning.strategies import FSDPStrategy
+
+            class Module(pl.LightningModule):
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+            pl.Trainer(strategy=FSDPStrategy(auto_wrap_policy={Block})).fit(Module())
+            """,
+            target={"lightning": "2.2.0", "torch": "2.2"},
+        ),
+        # Fabric: the module set up first, the optimizer built from it.
+        Valid(
+            """
+            import torch
+            from lightning.fabric import Fabric
+
+            fabric = Fabric(strategy="fsdp")
+            model = fabric.setup_module(model)
+            optimizer = fabric.setup_optimizers(torch.optim.Adam(model.parameters()))
+            """,
+            target={"lightning": "2.0.0"},
+        ),
+        Valid(
+            """
+            import torch
+            import lightning as L
+
+            fabric = L.Fabric(strategy="fsdp")
+            optimizer = torch.optim.Adam(model.parameters())
+            model, optimizer = fabric.setup(model, optimizer)
+            """,
+            target={"lightning": "2.3.0", "torch": "2.3"},
+        ),
+        # An unknown Lightning version: Lightning's own pattern is right from 2.1 on (and 2.0 refuses it at
+        # once), so neither configure_optimizers over self.parameters() nor a joint setup is reported.
+        Valid(
+            """
+            import torch
+            import lightning as L
+
+            class Module(L.LightningModule):
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+            L.Trainer(strategy="fsdp").fit(Module())
+            fabric = L.Fabric(strategy="fsdp")
+            optimizer = torch.optim.Adam(model.parameters())
+            model, optimizer = fabric.setup(model, optimizer)
+            """,
+        ),
+        # Not FSDP: the optimizer order does not matter under DDP.
+        Valid(
+            """
+            import torch
+            import lightning as L
+
+            fabric = L.Fabric(strategy="ddp")
+            optimizer = torch.optim.Adam(model.parameters())
+            model = fabric.setup_module(model)
+            """,
+            target={"lightning": "2.0.0"},
+        ),
     ]
     INVALID = [
         Invalid(
@@ -266,16 +365,85 @@ class OptimizerBeforeWrap(Rule):
             options={"accelerate_config": _YAML_FSDP1_FLAT},
             line=4,
         ),
+        # Fabric 2.0 leaves use_orig_params False: setup_optimizers raises for an optimizer built before setup_module.
+        Invalid(
+            """
+            import torch
+            from lightning_fabric import Fabric
+
+            fabric = Fabric(devices=4, strategy="fsdp")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model = fabric.setup_module(model)
+            optimizer = fabric.setup_optimizers(optimizer)
+            """,
+            target={"lightning": "2.0.5"},
+            line=5,
+        ),
+        # Written use_orig_params=False, whatever the Lightning version.
+        Invalid(
+            """
+            import torch
+            import lightning as L
+            from lightning.fabric.strategies import FSDPStrategy as Sharded
+
+            def run(model):
+                fabric = L.Fabric(strategy=Sharded(use_orig_params=False))
+                opt = torch.optim.AdamW(model.parameters())
+                model, opt = fabric.setup(model, opt)
+            """,
+            line=7,
+        ),
+        # Lightning 1.x "fsdp_native": configure_optimizers over the module's own parameters, through a submodule.
+        Invalid(
+            """
+            import torch
+            import pytorch_lightning as pl
+
+            class Net(torch.nn.Module):
+                def make_optimizer(self, lr):
+                    return torch.optim.AdamW(self.parameters(), lr=lr)
+
+            class Module(pl.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.net = Net()
+
+                def configure_optimizers(self):
+                    return self.net.make_optimizer(1e-4)
+
+            pl.Trainer(strategy="fsdp_native").fit(Module())
+            """,
+            line=14,
+        ),
+        # Fabric with an unknown Lightning version: a warning that asks for the version.
+        Invalid(
+            """
+            import torch
+            import lightning as L
+
+            fabric = L.Fabric(strategy="fsdp")
+            optimizer = torch.optim.Adam(model.parameters())
+            model = fabric.setup_module(model)
+            """,
+            line=5,
+            severity="warning",
+        ),
     ]
 
     def check(self, ctx) -> None:
         a = ctx.analysis
         launch = getattr(a, "launch", None)
         fsdp2_launch = launch is not None and launch.fsdp_version == 2
+        strategies = lightning_fsdp(a, ctx)
+        if strategies:
+            _check_lightning_module(ctx, [s for s in strategies if s.kind == "trainer"])
+        fabrics = [s for s in strategies if s.kind == "fabric"]
         for t in a.timelines:
             for opt in t.of("optimizer"):
                 if opt.entity is None:
                     continue
+                if fabrics:
+                    _check_fabric_setup(ctx, t, opt, fabrics)
                 if fsdp2_launch:
                     _check_separate_prepare(ctx, t, opt)
                 if _prepared_together(t, opt):
@@ -300,6 +468,239 @@ class OptimizerBeforeWrap(Rule):
                     "train. Build the optimizer after wrapping, from the wrapped model's parameters.",
                     fix=_move_fix(ctx, opt, [x for x in wraps if x.step.prefix == opt.step.prefix]),
                 )
+
+
+def _lightning_orig_params(ctx, strategies) -> tuple[Optional[bool], str]:
+    """What the strategies hand FSDP1 as use_orig_params: False only when every one does; None (unknown)
+    unless one passes True."""
+    got = [use_orig_params(ctx.analysis, ctx, s) for s in strategies]
+    if any(v is True for v, _ in got):
+        return True, ""
+    unknown = [why for v, why in got if v is None]
+    if unknown:
+        return None, unknown[0]
+    return False, got[0][1]
+
+
+def _report_lightning(ctx, node, uop, why, what: str, when_unknown: bool = True) -> None:
+    """`when_unknown`: report (a warning) when the Lightning version cannot tell use_orig_params."""
+    severity = None
+    tail = f" ({why}.)"
+    if uop is None:
+        if not when_unknown and not ctx.strict_versions:
+            return
+        # Only as sure as the Lightning version: a warning, unless `strict-versions = true`.
+        lv = ctx.version("lightning")
+        severity = None if ctx.strict_versions else Severity.WARNING
+        if not lv.known:
+            tail = f" ({why}: {lv.declare_hint('2.1')}.)"
+        elif lv.version.is_prerelease:
+            tail = f" ({why}: a development build of 2.1.0 may be on either side of the change.)"
+    ctx.report(
+        node,
+        f"{what} FSDP1 flattens them into FlatParameters when Lightning's FSDPStrategy runs with "
+        f"use_orig_params=False, so Lightning raises \"ValueError: The optimizer does not seem to reference any "
+        f"FSDP parameters\" (or, with some wrapped layers, the optimizer steps only part of the model). Build "
+        f"the optimizer from the wrapped model's parameters, or run Lightning >= 2.1 without "
+        f"use_orig_params=False." + tail,
+        severity=severity,
+    )
+
+
+def _check_fabric_setup(ctx, t, opt, fabrics) -> None:
+    """Fabric: an optimizer over the module's parameters, built before `fabric.setup_module(model)` /
+    passed with it to `fabric.setup(model, optimizer)`."""
+    setups = t.after(opt, ("lightning_setup",))
+    if not setups or t.after(setups[0], ("optimizer",)):
+        return
+    uop, why = _lightning_orig_params(ctx, fabrics)
+    if uop is True:
+        return
+    s = setups[0]
+    joint = s.data.get("method") == "setup" and bool(s.data.get("optimizers"))
+    how = (f"passed with it to fabric.setup (line {ctx.line(s.node)})" if joint else
+           f"then set up with fabric.{s.data.get('method')} (line {ctx.line(s.node)})")
+    # A joint setup is Fabric's documented pattern from 2.1 (and 2.0 refuses it at once): only when known.
+    _report_lightning(ctx, opt.node, uop, why,
+                      f"The optimizer is built from the model's parameters before Fabric wraps the model ({how}):",
+                      when_unknown=not joint)
+
+
+def _check_lightning_module(ctx, trainers) -> None:
+    """Trainer: a LightningModule's configure_optimizers builds the optimizer from its own (unwrapped)
+    parameters — `self.parameters()`, `self.model.parameters()`, or a submodule's method that does —
+    instead of `self.trainer.model.parameters()`. Lightning calls the hook after wrapping the module."""
+    if not trainers:
+        return
+    a = ctx.analysis
+    uop = None
+    for klass in lightning_module_classes(a):
+        if (klass, SHARDED_HOOK) in a.c.methods:
+            continue  # the module wraps its own layers; Lightning leaves the root unwrapped (1.x, 2.x)
+        hook = a.c.methods.get((klass, "configure_optimizers"))
+        if hook is None:
+            continue
+        for node, roots, where in _hook_optimizers(ctx, klass, hook):
+            if not _own_parameters(roots):
+                continue
+            if uop is None:
+                uop = _lightning_orig_params(ctx, trainers)
+            if uop[0] is True:
+                return
+            _report_module_optimizer(ctx, node, uop, where)
+    # A LightningModule of another module of the project, built here (`trainer.fit(Module())`).
+    for call, roots, where in _foreign_module_optimizers(ctx):
+        if not _own_parameters(roots):
+            continue
+        if uop is None:
+            uop = _lightning_orig_params(ctx, trainers)
+        if uop[0] is True:
+            return
+        _report_module_optimizer(ctx, call.node, uop, where)
+
+
+def _own_parameters(roots) -> bool:
+    """Parameters read from the LightningModule itself (`self`, `self.model`), none from `self.trainer.model`."""
+    return bool(roots) and not any(r.startswith("self.trainer") for r in roots) and all(
+        r == "self" or r.startswith("self.") for r in roots)
+
+
+def _report_module_optimizer(ctx, node, uop, where) -> None:
+    _report_lightning(ctx, node, uop[0], uop[1],
+                      "configure_optimizers builds the optimizer from the LightningModule's own parameters "
+                      f"{where}(not self.trainer.model.parameters()), and Lightning calls it after wrapping "
+                      "the module:", when_unknown=False)
+
+
+def _foreign_module_optimizers(ctx):
+    """(the call in this file that builds the module, parameter roots, where the optimizer is built) for
+    LightningModule classes of other modules of the project that this file instantiates."""
+    a = ctx.analysis
+    found_project = lookup_project(ctx)
+    if found_project is None:
+        return
+    project, path = found_project
+    seen: set = set()
+    for call in a.c.calls:
+        f = call.func
+        if not f or "." in f or call.api is not None or f in a.c.class_bases or f in seen:
+            continue
+        seen.add(f)
+        try:
+            found = project.resolve(path, a._imports(None), f"{f}.configure_optimizers")
+            fm = project.module(found[0], found[1]) if found is not None else None
+        except (OSError, RecursionError):
+            continue
+        if fm is None:
+            continue
+        klass = found[1].split(".", 1)[0]
+        c = fm.collector
+        if (klass, SHARDED_HOOK) in c.methods or not _derives_lightning_module(c, klass):
+            continue
+        hook = c.methods.get((klass, "configure_optimizers"))
+        for inner in (hook.calls if hook is not None else ()):
+            if inner.api == "optimizer":
+                where = f"(in {fm.display}:{fm.positions.range(inner.node)[0].row}) "
+                yield call, _plain_roots(inner.arg(0, "params"), inner.scope), where
+
+
+def _derives_lightning_module(c, klass: str) -> bool:
+    for base in c.class_bases.get(klass, ()):
+        try:
+            q = c.resolver.qualify(cst.parse_expression(base))
+        except Exception:  # noqa: BLE001 - an odd base expression: not a library class
+            continue
+        if api_of(q) == "lightning_LightningModule":
+            return True
+    return False
+
+
+def _hook_optimizers(ctx, klass, hook):
+    """(node to report, parameter roots, where it is built) for each optimizer the hook builds: in the hook, or
+    in a method of a submodule it delegates to (`return self.gpt.configure_optimizers(...)`), whose own
+    parameters are part of the LightningModule's."""
+    a = ctx.analysis
+    for call in hook.calls:
+        if call.api == "optimizer":
+            yield call.node, parameter_roots(a, call.arg(0, "params"), call.scope), ""
+            continue
+        f = call.func or ""
+        parts = f.split(".")
+        if len(parts) != 3 or parts[0] != "self":
+            continue
+        target = _submodule_method(ctx, klass, parts[1], parts[2])
+        if target is None:
+            continue
+        scope, fm = target
+        for inner in scope.calls:
+            if inner.api == "optimizer":
+                if fm is None:
+                    roots = parameter_roots(a, inner.arg(0, "params"), inner.scope)
+                    where = f"(through {parts[2]}(), line {ctx.line(inner.node)}) "
+                else:
+                    roots = _plain_roots(inner.arg(0, "params"), inner.scope)
+                    where = f"(through {parts[2]}(), {fm.display}:{fm.positions.range(inner.node)[0].row}) "
+                # The submodule's `self` is `self.<attr>` of the LightningModule.
+                yield call.node, [f"self.{parts[1]}" + r[4:] if r.startswith("self") else r for r in roots], where
+
+
+def _plain_roots(expr, scope, depth: int = 0) -> list[str]:
+    """parameter_roots for code of another module: names followed through that scope's own assignments."""
+    if expr is None or depth > 5:
+        return []
+    out: list[str] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+                "parameters", "named_parameters"):
+            d = dotted(node.func.value)
+            if d is not None:
+                out.append(d)
+            continue
+        if isinstance(node, cst.Attribute):
+            continue
+        if isinstance(node, cst.Name):
+            vals = scope.assigns.get(node.value, ())
+            if len(vals) == 1:
+                out.extend(_plain_roots(vals[0][1], scope, depth + 1))
+            continue
+        stack.extend(node.children)
+    return out
+
+
+def _submodule_method(ctx, klass, attr, meth):
+    """The method `meth` of the class `self.<attr>` is built from in `klass` (`self.gpt = GPT(...)`): in this
+    file, or in another module of the project. (scope, the other module or None for this file)."""
+    a = ctx.analysis
+    ctor = None
+    for (k, _), scope in a.c.methods.items():
+        if k != klass:
+            continue
+        for st in scope.attr_sets:
+            if st.target == f"self.{attr}" and isinstance(st.value, cst.Call):
+                ctor = dotted(st.value.func)
+    if not ctor or "." in ctor:
+        return None
+    local = a.c.methods.get((ctor, meth))
+    if local is not None:
+        return local, None
+    found_project = lookup_project(ctx)
+    if found_project is None:
+        return None
+    project, path = found_project
+    try:
+        found = project.resolve(path, a._imports(None), f"{ctor}.{meth}")
+        if found is None:
+            return None
+        fm = project.module(*found)
+        qual = found[1]
+    except (OSError, RecursionError):
+        return None
+    if fm is None:
+        return None
+    scope = fm.collector.methods.get(tuple(qual.split(".", 1)))
+    return (scope, fm) if scope is not None else None
 
 
 def _check_prepared_fsdp1(ctx, launch, opt) -> None:

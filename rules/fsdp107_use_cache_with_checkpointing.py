@@ -1,3 +1,4 @@
+from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, safe
@@ -24,8 +25,9 @@ class UseCacheWithCheckpointing(Rule):
     fix = Applicability.SAFE
     doc = """
     ## What it does
-    Finds FSDP activation checkpointing (`apply_activation_checkpointing`, `checkpoint_wrapper`, or
-    `activation_checkpointing` in an accelerate `fsdp_config` / `TrainingArguments(fsdp_config=...)`) on a
+    Finds FSDP activation checkpointing (`apply_activation_checkpointing`, `checkpoint_wrapper`,
+    `activation_checkpointing` in an accelerate `fsdp_config` / `TrainingArguments(fsdp_config=...)`, or
+    Lightning's `FSDPStrategy(activation_checkpointing_policy=...)` / `activation_checkpointing=`) on a
     transformers model whose KV cache is still on: no `model.config.use_cache = False`, no
     `use_cache=False` passed to `from_pretrained` or the forward call.
 
@@ -60,9 +62,13 @@ class UseCacheWithCheckpointing(Rule):
     generating or saving a model meant for inference.
 
     ## Versions
-    All versions; the transformers `Trainer` sets `use_cache=False` itself from v5.0 (transformers#41585).
+    transformers >= 4.36, where decoder layers write into a `DynamicCache` (4.35.2 returned fresh key/value
+    tuples, nothing to append twice; `fsdplint/behaviour.py`, `transformers_kv_cache_object`: 4.36.0 moved
+    Llama/Mistral/Mixtral, other architectures later). The transformers `Trainer` sets `use_cache=False`
+    itself from v5.0 (transformers#41585).
 
     ## References
+    - Lightning-AI/pytorch-lightning#19267
     - transformers#34928, #28499, #41585
     - transformers modeling code ("`use_cache=True` is incompatible with gradient checkpointing")
     """
@@ -112,6 +118,32 @@ class UseCacheWithCheckpointing(Rule):
             Trainer(model=model, args=args).train()
             """,
             target={"transformers": "5.1"},
+        ),
+        # Layers returned fresh (key, value) tuples before transformers 4.36: nothing is appended on recompute.
+        Valid(
+            """
+            from transformers import AutoModelForSeq2SeqLM
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(AutoModelForSeq2SeqLM.from_pretrained(name), auto_wrap_policy=policy)
+            apply_activation_checkpointing(model, check_fn=is_block)
+            """,
+            target={"transformers": "4.27.1"},
+        ),
+        # Lightning's strategy checkpoints the blocks; the cache is turned off after loading.
+        Valid(
+            """
+            import lightning.pytorch as pl
+            from lightning.pytorch.strategies import FSDPStrategy
+            from transformers import AutoModelForCausalLM
+
+            class LM(pl.LightningModule):
+                def configure_model(self):
+                    self.model = AutoModelForCausalLM.from_pretrained(name)
+                    self.model.config.use_cache = False
+
+            pl.Trainer(strategy=FSDPStrategy(activation_checkpointing_policy={DecoderLayer})).fit(LM())
+            """,
         ),
     ]
     INVALID = [
@@ -186,6 +218,23 @@ class UseCacheWithCheckpointing(Rule):
             """,
             line=7,
         ),
+        # Lightning's FSDPStrategy applies the checkpoint wrappers (activation_checkpointing_policy).
+        Invalid(
+            """
+            import pytorch_lightning as pl
+            from pytorch_lightning.strategies import FSDPStrategy
+            from transformers import AutoModelForCausalLM
+
+            class LM(pl.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.model = AutoModelForCausalLM.from_pretrained(name)
+
+            strategy = FSDPStrategy(auto_wrap_policy={DecoderLayer}, activation_checkpointing_policy={DecoderLayer})
+            pl.Trainer(strategy=strategy).fit(LM())
+            """,
+            line=10,
+        ),
     ]
 
     def check(self, ctx) -> None:
@@ -200,6 +249,8 @@ class UseCacheWithCheckpointing(Rule):
         if _cache_off(a):
             return
         tv = ctx.version("transformers")
+        if behaviour.holds("transformers_kv_cache_object", tv) is False:
+            return  # layers return fresh (key, value) tuples: a recomputed layer appends to nothing
         if trainers and tv >= "5.0":
             return  # the Trainer applies TrainingArguments.use_cache (default False)
         # Through a Trainer the bug needs transformers < 5: only as sure as that version is known.

@@ -1,4 +1,5 @@
 from fsdplint import behaviour
+from fsdplint.analysis.lightning import lightning_fsdp
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._wrapped import saves_no_weights
@@ -21,7 +22,10 @@ class SaveFromShardedModel(Rule):
     `state_dict=` on an FSDP2 model, on an FSDP1 model wrapped without an auto-wrap policy (outside a
     `FULL_STATE_DICT` context), and on `accelerator.unwrap_model(model)` — or the Trainer's model, which
     every `TrainerCallback` event gets as `model=` — when accelerate shards with FSDP2 or with
-    `fsdp_state_dict_type: SHARDED_STATE_DICT`.
+    `fsdp_state_dict_type: SHARDED_STATE_DICT`; and checkpoints of Lightning's Trainer under
+    `FSDPStrategy` before Lightning 2.1 (`ModelCheckpoint`, `trainer.save_checkpoint`, or the default
+    checkpoint, a warning), which hold the unwrapped LightningModule's `state_dict()`, unless a strategy
+    subclass overrides `lightning_module_state_dict`.
 
     ## Why is this bad?
     A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
@@ -56,7 +60,9 @@ class SaveFromShardedModel(Rule):
     `save_pretrained()` on every rank of an FSDP2 model writes the full weights and is not reported (on one
     rank only it hangs: FSDP401); transformers 5.24 gathers only models loaded with its own
     `distributed_config`. With an unknown transformers version the finding is a warning (see
-    `fsdplint/behaviour.py`, `save_pretrained_gathers_dtensors`).
+    `fsdplint/behaviour.py`, `save_pretrained_gathers_dtensors`). Lightning: 2.1.0 made the Trainer's
+    FSDPStrategy gather a full state dict (`lightning_module_state_dict`, #16558; read in 1.9.5, 2.0.0 and
+    2.1.0); an unknown Lightning version is not reported.
 
     ## References
     - pytorch#122903, pytorch#143536; accelerate#2000, accelerate#4206
@@ -136,6 +142,34 @@ class SaveFromShardedModel(Rule):
         model.config.save_pretrained("out")
         tokenizer.save_pretrained("out")
         """,
+        # Lightning >= 2.1 gathers a full state dict for the Trainer's checkpoints.
+        Valid(
+            """
+            import lightning.pytorch as pl
+            from lightning.pytorch.callbacks import ModelCheckpoint
+            from lightning.pytorch.strategies import FSDPStrategy
+            trainer = pl.Trainer(strategy=FSDPStrategy(auto_wrap_policy={Block}), callbacks=[ModelCheckpoint(dirpath=out)])
+            trainer.fit(module)
+            """,
+            target={"lightning": "2.1.0"},
+        ),
+        # A strategy subclass that gathers the state dict itself (before Lightning 2.1).
+        Valid(
+            """
+            import pytorch_lightning as pl
+            from pytorch_lightning.strategies import FSDPStrategy
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+            class GatheringFSDP(FSDPStrategy):
+                def lightning_module_state_dict(self):
+                    cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+                    with FSDP.state_dict_type(self.model, StateDictType.FULL_STATE_DICT, cfg):
+                        return self.model.state_dict()
+
+            pl.Trainer(strategy=GatheringFSDP(auto_wrap_policy={Block})).fit(module)
+            """,
+            target={"lightning": "2.0.0"},
+        ),
     ]
     VALID += [
         # A callback that writes the tokenizer and the config reads no parameter.
@@ -224,10 +258,25 @@ class SaveFromShardedModel(Rule):
             """,
             line=5,
         ),
+        # Lightning 2.0's Trainer saves the unwrapped LightningModule's state under FSDPStrategy.
+        Invalid(
+            """
+            import pytorch_lightning as pl
+            from pytorch_lightning.callbacks import ModelCheckpoint
+            from pytorch_lightning.strategies import FSDPStrategy
+
+            saver = ModelCheckpoint(dirpath="ckpt", save_weights_only=True)
+            trainer = pl.Trainer(strategy=FSDPStrategy(auto_wrap_policy={Block}), callbacks=[saver])
+            trainer.fit(module)
+            """,
+            target={"lightning": "2.0.0"},
+            line=5,
+        ),
     ]
 
     def check(self, ctx) -> None:
         a = ctx.analysis
+        _check_lightning_checkpoint(ctx)
         launch = getattr(a, "launch_fsdp_version", None)
         facts = getattr(a, "launch", None)
         sharded_type = facts is not None and "SHARDED" in str(facts.value("state_dict_type", "")).upper()
@@ -319,3 +368,35 @@ def _full_context(a, expr) -> bool:
         return False
     text = a.code(expr)
     return "SHARDED" not in text and "LOCAL" not in text
+
+
+def _check_lightning_checkpoint(ctx) -> None:
+    """Lightning's Trainer under FSDPStrategy before 2.1 checkpoints the unwrapped LightningModule's
+    state_dict() (behaviour.py `lightning_fsdp_full_checkpoint`): the weights FSDP flattened into the root
+    unit are missing. A strategy subclass that overrides lightning_module_state_dict gathers its own."""
+    a = ctx.analysis
+    for lf in lightning_fsdp(a, ctx):
+        if lf.kind != "trainer" or "lightning_module_state_dict" in lf.overrides:
+            continue
+        lv = ctx.version("lightning")
+        if not lf.legacy and behaviour.holds("lightning_fsdp_full_checkpoint", lv) is not False:
+            continue  # Lightning >= 2.1 gathers a full state dict (or the version is not known)
+        writers = a.calls("lightning_ModelCheckpoint") or [
+            c for c in a.method_calls("save_checkpoint") if a.is_trainer(c.receiver)]
+        enabled = lf.host.kw("enable_checkpointing")
+        if not writers and enabled is not None and a.value(enabled, lf.host.scope) is False:
+            continue
+        where = ("this checkpoint" if writers else
+                 "the checkpoint the Trainer writes by default (enable_checkpointing=True adds a ModelCheckpoint)")
+        version = (f'strategy="{lf.name}" (Lightning < 2.0)' if lf.legacy else lv.describe())
+        ctx.report(
+            writers[0].node if writers else lf.host.node,
+            severity=None if writers else Severity.WARNING,  # a default checkpoint the job may never load
+            message=
+            f"Under FSDPStrategy, {version} saves in {where} the state_dict() of the unwrapped LightningModule, "
+            f"not a gathered one: the weights FSDP flattened into the root unit are missing and loading it reports "
+            f"missing keys. Lightning 2.1 gathers a full state dict (state_dict_type=\"full\"); before it, "
+            f"subclass FSDPStrategy and override lightning_module_state_dict to gather under "
+            f"FSDP.state_dict_type(self.model, FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)).",
+        )
+        return

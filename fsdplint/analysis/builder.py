@@ -8,6 +8,7 @@ from typing import Any, Optional
 import libcst as cst
 
 from fsdplint.analysis.classes import Classes
+from fsdplint.analysis.lightning import is_fabric
 from fsdplint.analysis.linking import Linking
 from fsdplint.analysis.records import UNKNOWN, Event, Item, Ref, Step
 from fsdplint.apis import CALL_EFFECTS, CALL_FACTS
@@ -49,6 +50,8 @@ def _hook_model(expr: cst.BaseExpression, mapping: dict) -> Optional[str]:
     if name is None or key != "model":
         return None
     return mapping.get(f"**{name}")
+# Fabric's wrap points: `fabric.setup(model, *optimizers)` and `fabric.setup_module(model)`.
+FABRIC_SETUP = ("setup", "setup_module")
 
 
 class Builder(Classes, Linking):
@@ -349,7 +352,8 @@ class Builder(Classes, Linking):
         elif call.method == "unwrap_model" and self._is_accelerator(call.receiver):
             r = self.ref(call.arg(0, "model"), step)
             src_keys = [r.key if r and not r.child else None]
-        elif call.method == "prepare" and self._is_accelerator(call.receiver):
+        elif (call.method == "prepare" and self._is_accelerator(call.receiver)) or (
+                call.method in FABRIC_SETUP and is_fabric(self, call.receiver)):
             for a in call.node.args:
                 r = self.ref(a.value, step)
                 src_keys.append(r.key if r and not r.child else None)
@@ -526,7 +530,11 @@ class Builder(Classes, Linking):
             out.append(Event("set_device", step, None, {}, t))
         elif m is not None and call.receiver is not None:
             recv = call.receiver
-            if m == "prepare" and self._is_accelerator(recv):
+            if m in FABRIC_SETUP and is_fabric(self, recv) and call.node.args:
+                # Lightning Fabric wraps the module with its strategy (FSDP1 under FSDPStrategy): analysis/lightning.py
+                ev("lightning_setup", call.arg(0, "module"), method=m,
+                   optimizers=[x.value for x in call.node.args[1:] if x.keyword is None and not x.star])
+            elif m == "prepare" and self._is_accelerator(recv):
                 for a in call.node.args:
                     r = self.ref(a.value, step)
                     out.append(Event("prepare", step, r, {"n_args": len(call.node.args)}, t))

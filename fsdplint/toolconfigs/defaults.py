@@ -32,8 +32,9 @@ USE_ORIG_PARAMS_DEFAULT: dict[str, tuple[bool, str]] = {
                           "\"False\" (accelerate 1.15 utils/dataclasses.py)"),
     "trainer": (True, "the HF Trainer passes fsdp_config use_orig_params, default \"true\" (transformers "
                       "training_args.py), to accelerate's plugin"),
-    "lightning": (True, "Lightning's FSDPStrategy sets use_orig_params=True on torch >= 2.0 "
-                        "(fabric/strategies/fsdp.py, pytorch/strategies/fsdp.py)"),
+    "lightning": (True, "Lightning >= 2.1's FSDPStrategy sets use_orig_params=True on torch >= 2.0 "
+                        "(fabric/strategies/fsdp.py, pytorch/strategies/fsdp.py); 2.0 left it False: see "
+                        "behaviour.py lightning_fsdp_use_orig_params and analysis/lightning.py"),
 }
 
 
