@@ -294,7 +294,7 @@ def _project(settings: Settings, path: Optional[Path]):
     from fsdplint.analysis.index import project_for
 
     try:
-        return project_for(path, settings.cache_dir, settings.use_cache)
+        return project_for(path, settings.cache_dir, settings.use_cache, settings.options.get("project_root"))
     except OSError:
         return None
 

@@ -59,9 +59,11 @@ class Step:
     def key(self, name: str) -> str:
         if name in self.mapping:
             return self.mapping[name]
-        root = name.split(".", 1)[0]
+        root, dot, rest = name.partition(".")
         if root in ("self", "cls"):
-            return name
+            # A method inlined on an object of the caller: its `self` is that object.
+            base = self.mapping.get(root)
+            return base + dot + rest if base is not None else name
         return self.prefix + name
 
 
