@@ -145,6 +145,10 @@ class Builder(Classes, Linking):
         items: list[Item] = sorted([*scope.calls, *scope.attr_sets, *scope.dict_sets, *scope.aliases], key=lambda i: i.seq)
         if self._dead:  # code the known argument values rule out
             items = [i for i in items if id(i) not in self._dead]
+        if origin is not None and self.env is not None:
+            # Another module's helper, given the script's parsed arguments (`get_quantization_config(model_args)`):
+            # its branches on them are decided the same way.
+            items = [i for i in items if not (getattr(i, "guards", None) and self.dead(i))]
         steps: list[Step] = []
         for item in items:
             step = Step(item, prefix, mapping, origin=origin, site=site)
