@@ -105,6 +105,7 @@ class Builder(Classes, Linking):
         self._callees: dict[int, tuple] = {}  # id(call) -> its project callee (memo)
         self._inline_sites: dict[int, list[Call]] = {}  # id(helper scope) -> the calls it was inlined at
         self._returned: dict[int, str] = {}  # id(call node of an inlined helper) -> the key it returns
+        self._instances: dict[str, str] = {}  # key of a name -> `self` of the object of the class last built into it
         self.foreign_calls: list[Call] = []
 
     def _build(self) -> None:
@@ -210,10 +211,17 @@ class Builder(Classes, Linking):
         if call.func is not None and call.func.startswith("self."):
             return step.key("self")
         if callee.name == "__init__" and call.method != "__init__":
+            # A new object for each construction: `w = Worker(a); w.setup(); w = Worker(b); w.setup()` are two
+            # objects, whose `self.x` must not merge. Later method calls on the name run on the latest one.
             d = dotted(call.targets[0]) if len(call.targets) == 1 else None
-            return self._target_key(step, d) if d else f"{sub_prefix}self"
+            fresh = f"{sub_prefix}self"
+            if d:
+                self._instances[self._target_key(step, d)] = fresh
+            return fresh
         r = self.ref(call.receiver, step)
-        return r.key if r is not None and not r.child else f"{sub_prefix}self"
+        if r is None or r.child:
+            return f"{sub_prefix}self"
+        return self._instances.get(r.key, r.key)
 
     def _interpret(self, t: Timeline) -> None:
         for step in t.steps:

@@ -172,6 +172,8 @@ class Project:
         self._files: dict[tuple, Optional[Path]] = {}
         self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
         self._touch: dict[tuple, bool] = {}
+        self._classes: dict[tuple, Optional[tuple]] = {}  # (importer, version, name, own) -> (file, class)
+        self._resolved: dict[tuple, tuple] = {}  # (importer, name) -> (the import list asked with, result)
         self._partial_of: dict[tuple, str] = {}  # (path, kept definitions) -> the text it was cut from
         self._first_part: dict[Path, frozenset] = {}  # path -> the definitions its first partial parse kept
 
@@ -275,6 +277,18 @@ class Project:
         imports and re-exports; None for anything that is not a project function."""
         if depth > 4:
             return None
+        if not depth:
+            # Another module's calls are resolved again by every linted file that runs them: memoised for
+            # the fact sheet's own import list (kept in the entry, so a new sheet never matches an old one).
+            hit = self._resolved.get((importer, name))
+            if hit is not None and hit[0] is imports:
+                return hit[1]
+            found = self._resolve(importer, imports, name, depth)
+            self._resolved[(importer, name)] = (imports, found)
+            return found
+        return self._resolve(importer, imports, name, depth)
+
+    def _resolve(self, importer: Path, imports: list, name: str, depth: int) -> Optional[tuple[Path, str]]:
         head, _, rest = name.partition(".")
         for local, module, attr, level in reversed(imports):
             if local != head:
@@ -315,7 +329,15 @@ class Project:
 
     def resolve_class(self, importer: Path, imports: list, name: str, own: bool = True) -> Optional[tuple[Path, str]]:
         """(file, class name) that the dotted `name` used in `importer` denotes when it is a class of the
-        project: defined in `importer` itself (`own`: look there too), imported, or re-exported; else None."""
+        project: defined in `importer` itself (`own`: look there too), imported, or re-exported; else None.
+        Memoised per importer version (a name is asked at every call that uses it, from every linted file)."""
+        key = (importer, self._stamp(importer), name, own)
+        hit = self._classes.get(key, self)
+        if hit is self:
+            hit = self._classes[key] = self._resolve_class(importer, imports, name, own)
+        return hit
+
+    def _resolve_class(self, importer: Path, imports: list, name: str, own: bool) -> Optional[tuple[Path, str]]:
         if own:
             sheet = self.sheet(importer)
             if name in sheet["classes"]:

@@ -83,8 +83,6 @@ class Linking:
         cannot read), the one whose method may touch a model, if only one does."""
         recv = call.receiver
         if call.method is not None and isinstance(recv, cst.Name):
-            if importer is not None and self.project.resolve_module(importer, self._imports(origin), recv.value):
-                return None  # `module.function(...)` that `resolve` did not find
             cls = self._instance_class(recv, call.scope, origin, importer, 0)
             return self._method_of(cls, call.method, 0) if cls is not None else None
         candidates = self._classes_denoted(call.node.func, call.scope, origin, importer, 0)
@@ -178,18 +176,13 @@ class Linking:
         if expr is None or depth > 4:
             return None
         if isinstance(expr, cst.Name):
-            vals = self._assignments(expr.value, scope, origin) if scope is not None else None
-            if not vals:
-                return None
-            found = set()
-            for s, v in vals:
-                if self._same_object_of(v, expr.value):
-                    continue
-                cls = self._instance_class(v, s, origin, importer, depth + 1)
-                if cls is None:
-                    return None
-                found.add(cls)
-            return found.pop() if len(found) == 1 else None
+            # What a name holds does not depend on the call that asks (the analysis is flow-insensitive).
+            memo = self.__dict__.setdefault("_class_memo", {})
+            key = (id(scope), expr.value, id(origin))
+            if key not in memo:
+                memo[key] = None  # recursion guard
+                memo[key] = self._name_class(expr, scope, origin, importer, depth)
+            return memo[key]
         if not isinstance(expr, cst.Call):
             return None
         classes = self._classes_denoted(expr.func, scope, origin, importer, depth + 1)
@@ -212,6 +205,20 @@ class Linking:
             return None
         sheet = self.project.sheet(target[0])
         return self.project.resolve_class(target[0], sheet["imports"], made[0])
+
+    def _name_class(self, expr: cst.Name, scope, origin, importer, depth: int):
+        vals = self._assignments(expr.value, scope, origin) if scope is not None else None
+        if not vals:
+            return None
+        found = set()
+        for s, v in vals:
+            if self._same_object_of(v, expr.value):
+                continue
+            cls = self._instance_class(v, s, origin, importer, depth + 1)
+            if cls is None:
+                return None
+            found.add(cls)
+        return found.pop() if len(found) == 1 else None
 
     def _same_object_of(self, value, name: str) -> bool:
         """`name.to(...)`, `FSDP(name, ...)`, `torch.compile(name)`: the object `name` already held."""

@@ -135,7 +135,7 @@ def _through_parameter(prefix: str, lit: tuple, mapping: dict) -> tuple:
     passed its own `train_config`), written in the caller's terms, so it compares with the caller's tests."""
     m = _ROOT_NAME.match(lit[1])
     key = mapping.get(m.group(0)) if m is not None else None
-    if key is None or key.startswith(("self.", "cls.")) and m.group(0) not in ("self", "cls"):
+    if key is None or m.group(0) in ("self", "cls") or key.startswith(("self.", "cls.")):
         return (prefix,) + lit
     outer, _, name = key.rpartition(":")
     if not _ROOT_NAME.fullmatch(name.split(".", 1)[0]):
