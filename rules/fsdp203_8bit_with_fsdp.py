@@ -59,6 +59,19 @@ class EightBitWithFsdp(Rule):
     references = ("bnb#1709",)
 
     VALID = [
+        # The script refuses 8-bit under FSDP before it builds the config.
+        """
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def run(cfg):
+            if cfg.bits == "8bit" and cfg.use_fsdp:
+                raise ValueError("8-bit weights cannot be sharded")
+            bnb = BitsAndBytesConfig(load_in_8bit=True) if cfg.bits == "8bit" else None
+            model = AutoModelForCausalLM.from_pretrained(cfg.name, quantization_config=bnb)
+            if cfg.use_fsdp:
+                model = FSDP(model)
+        """,
         # 8-bit without FSDP (single GPU / DDP).
         """
         from transformers import AutoModelForCausalLM, BitsAndBytesConfig

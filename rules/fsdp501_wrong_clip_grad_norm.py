@@ -86,6 +86,16 @@ class WrongClipGradNorm(Rule):
         """,
     ]
     INVALID = [
+        # The norm half of clip_grad_norm_, over an FSDP1 model's local shards.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model)
+            norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            """,
+            line=4,
+        ),
         Invalid(
             """
             import torch
