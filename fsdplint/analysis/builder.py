@@ -9,23 +9,12 @@ import libcst as cst
 
 from fsdplint.analysis.classes import Classes
 from fsdplint.analysis.linking import Linking
-from fsdplint.analysis.records import UNKNOWN, Event, Item, Ref, Step
+from fsdplint.analysis.records import SAME_MODEL_APIS, SAME_MODEL_METHODS, UNKNOWN, Event, Item, Ref, Step
 from fsdplint.apis import CALL_FACTS
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.collect import AttrSet, Call, Scope
 from fsdplint.resolve import dotted
 
-# Calls that return the model they were given (so their result is the same model).
-SAME_MODEL_APIS = {
-    "get_peft_model": (0, "model"),
-    "FSDP1": (0, "module"),
-    "fully_shard": (0, "module"),
-    "DDP": (0, "module"),
-    "prepare_model_for_kbit_training": (0, "model"),
-    "PeftModel_from_pretrained": (0, "model"),
-    "torch_compile": (0, "model"),
-}
-SAME_MODEL_METHODS = {"to", "cuda", "half", "bfloat16", "float", "requires_grad_", "train", "eval", "to_empty"}
 # Attributes that reach the same model through a wrapper.
 TRANSPARENT = {"module", "base_model", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
 # Roots whose first attribute names the object (`self.model`, `trainer.model`).

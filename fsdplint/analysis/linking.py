@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import libcst as cst
 
+from fsdplint.analysis.records import SAME_MODEL_APIS, SAME_MODEL_METHODS
 from fsdplint.collect import Call, Scope
 from fsdplint.resolve import dotted
 
@@ -224,13 +225,9 @@ class Linking:
         """`name.to(...)`, `FSDP(name, ...)`, `torch.compile(name)`: the object `name` already held."""
         if not isinstance(value, cst.Call):
             return False
-        from fsdplint.analysis.builder import SAME_MODEL_METHODS
-
         if isinstance(value.func, cst.Attribute) and value.func.attr.value in SAME_MODEL_METHODS:
             return dotted(value.func.value) == name
         call = self.call_at(value)
-        from fsdplint.analysis.builder import SAME_MODEL_APIS
-
         if call is not None and call.api in SAME_MODEL_APIS:
             idx, kw = SAME_MODEL_APIS[call.api]
             return dotted(call.arg(idx, kw)) == name
