@@ -67,6 +67,10 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "torch.distributed.init_device_mesh",
     ),
     "clip_grad_norm_": ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_"),
+    # torch 2.13 nn/utils/clip_grad.py: clip_grad_norm_ is get_total_norm(grads) followed by
+    # clip_grads_with_norm_(params, max_norm, total_norm); the norm is the same value either way.
+    "get_total_norm": ("torch.nn.utils.get_total_norm", "torch.nn.utils.clip_grad.get_total_norm",
+                       "torch.nn.utils.clip_grad._get_total_norm"),
     "torch_save": ("torch.save",),
     "torch_compile": ("torch.compile",),
     "apply_activation_checkpointing": (

@@ -189,6 +189,41 @@ class OptimizerBeforeWrap(Rule):
             """,
             options={"accelerate_config": _YAML_FSDP1_FLAT},
         ),
+        # The same method called after the wrap: FSDP1 forwards it to the wrapped model, whose parameters
+        # are then the flat ones.
+        """
+        import torch
+        from torch import nn
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class Net(nn.Module):
+            def optimizer(self, lr):
+                return torch.optim.AdamW(self.parameters(), lr=lr)
+
+        def main():
+            net = Net()
+            net = FSDP(net)
+            opt = net.optimizer(1e-3)
+        """,
+        # A receiver that may hold two different classes: which method runs cannot be told.
+        """
+        import torch
+        from torch import nn
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        class A(nn.Module):
+            def optimizer(self):
+                return torch.optim.AdamW(self.parameters())
+
+        class B(nn.Module):
+            def optimizer(self):
+                return None
+
+        def main(big):
+            net = A() if big else B()
+            opt = net.optimizer()
+            net = FSDP(net)
+        """,
         # Another model's optimizer.
         """
         import torch
@@ -279,6 +314,33 @@ class OptimizerBeforeWrap(Rule):
         ),
     ]
     INVALID = [
+        # The optimizer is built by a method of the model's class (decay / no-decay param groups), called on
+        # the model a helper built, before the wrap.
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            class Net(nn.Module):
+                def optimizer(self, lr):
+                    named = {n: p for n, p in self.named_parameters()}
+                    named = {n: p for n, p in named.items() if p.requires_grad}
+                    groups = [{"params": [p for p in named.values() if p.dim() > 1]},
+                              {"params": [p for p in named.values() if p.dim() <= 1], "weight_decay": 0.0}]
+                    return torch.optim.AdamW(groups, lr=lr)
+
+            def build():
+                return Net()
+
+            def main():
+                net = build()
+                net = net.cuda()
+                opt = net.optimizer(1e-3)
+                net = FSDP(net)
+            """,
+            line=11,
+        ),
         Invalid(
             """
             import torch

@@ -4,7 +4,6 @@ from fsdplint import behaviour
 from fsdplint.apis import RETURNED_CONFIGS
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN, QName
-from fsdplint.resolve import dotted
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
 from fsdplint.resolve import dotted

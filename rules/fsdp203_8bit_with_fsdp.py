@@ -1,3 +1,5 @@
+import re
+
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
@@ -57,6 +59,19 @@ class EightBitWithFsdp(Rule):
     references = ("bnb#1709",)
 
     VALID = [
+        # The script refuses 8-bit under FSDP before it builds the config.
+        """
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def run(cfg):
+            if cfg.bits == "8bit" and cfg.use_fsdp:
+                raise ValueError("8-bit weights cannot be sharded")
+            bnb = BitsAndBytesConfig(load_in_8bit=True) if cfg.bits == "8bit" else None
+            model = AutoModelForCausalLM.from_pretrained(cfg.name, quantization_config=bnb)
+            if cfg.use_fsdp:
+                model = FSDP(model)
+        """,
         # 8-bit without FSDP (single GPU / DDP).
         """
         from transformers import AutoModelForCausalLM, BitsAndBytesConfig
@@ -219,6 +234,8 @@ class EightBitWithFsdp(Rule):
                 continue
             if _never_taken(a, call):
                 continue  # a branch of a helper that no call of it in this script takes
+            if _rejected(ctx, a, call):
+                continue  # the script itself refuses 8-bit under FSDP before anything loads
             choice = _unknown_choice(a, call)
             ctx.report(
                 call.kwarg("load_in_8bit") or call.node,
@@ -231,6 +248,26 @@ class EightBitWithFsdp(Rule):
                 # One option of a choice the job makes at run time: a warning, not an error on a guess.
                 severity=Severity.WARNING if choice is not None else None,
             )
+
+
+_RAISING_IF = re.compile(r"^[ \t]*(?:el)?if\b(.*):[ \t]*(?:#.*)?\n(?:[ \t]*(?:#.*)?\n)*[ \t]*raise\b", re.M)
+_EIGHT_BIT = re.compile(r"8[_ -]?bit|int8", re.I)
+
+
+def _rejected(ctx, a, call) -> bool:
+    """An `if <8-bit> and <FSDP>: raise ...` in this file or in the module the 8-bit config comes from
+    (`if train_config.quantization == "8bit" and train_config.enable_fsdp: raise ValueError(...)`): the
+    combination never runs."""
+    texts = [ctx.source]
+    origin = next((s.origin for t in a.timelines for s in t.steps if s.item is call and s.origin is not None), None)
+    if origin is not None:
+        texts.append(origin.text)
+    for text in texts:
+        for m in _RAISING_IF.finditer(text):
+            test = m.group(1)
+            if _EIGHT_BIT.search(test) and "fsdp" in test.lower():
+                return True
+    return False
 
 
 def _unknown_choice(a, call):

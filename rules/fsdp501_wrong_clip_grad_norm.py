@@ -86,6 +86,16 @@ class WrongClipGradNorm(Rule):
         """,
     ]
     INVALID = [
+        # The norm half of clip_grad_norm_, over an FSDP1 model's local shards.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model)
+            norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            """,
+            line=4,
+        ),
         Invalid(
             """
             import torch
@@ -157,7 +167,15 @@ class WrongClipGradNorm(Rule):
                 if not ev.data.get("torch_api") or ev.entity is None:
                     continue
                 state = t.wrap_state(ev.entity, ev.seq, at=ev)
-                if state == "fsdp1":
+                if state == "fsdp1" and ev.data.get("norm_only"):
+                    ctx.report(
+                        ev.node,
+                        "torch.nn.utils.get_total_norm over the gradients of an FSDP1 model sees only this "
+                        "rank's gradient shards: each rank computes a different norm. Use "
+                        "model.clip_grad_norm_(max_norm) on the FullyShardedDataParallel module, which returns "
+                        "the norm over all ranks.",
+                    )
+                elif state == "fsdp1":
                     ctx.report(
                         ev.node,
                         "torch.nn.utils.clip_grad_norm_ on an FSDP1 model sees only this rank's gradient shards: "
@@ -194,11 +212,23 @@ def _fsdp1_fix(ctx, call):
 
 
 def _item_reads(a, call):
-    """`norm.item()` on the name the clip result was assigned to, unless `.full_tensor()` is used on it."""
+    """`norm.item()` on the name the clip result was assigned to — also where a helper returns it to its
+    caller (`grad_norm = utils.clip_grad_norm_(...)`) —, unless `.full_tensor()` may run on it."""
     if call is None or len(call.targets) != 1 or not isinstance(call.targets[0], cst.Name):
         return []
-    name = call.targets[0].value
-    same = [c for c in call.scope.calls if isinstance(c.receiver, cst.Name) and c.receiver.value == name]
-    if any(c.method in ("full_tensor", "redistribute") for c in same):
-        return []
-    return [c for c in same if c.method == "item" and c.seq > call.seq]
+    holders = [(call.targets[0].value, call.scope, call.seq)]
+    for _ in range(3):
+        name, scope, _seq = holders[-1]
+        if not any(isinstance(r, cst.Name) and r.value == name for r in scope.returns):
+            break
+        sites = getattr(a, "_inline_sites", {}).get(id(scope), [])
+        if len(sites) != 1 or len(sites[0].targets) != 1 or not isinstance(sites[0].targets[0], cst.Name):
+            break
+        holders.append((sites[0].targets[0].value, sites[0].scope, sites[0].seq))
+    out = []
+    for name, scope, seq in holders:
+        same = [c for c in scope.calls if isinstance(c.receiver, cst.Name) and c.receiver.value == name]
+        if any(c.method in ("full_tensor", "redistribute") and not a.cannot_run(c) for c in same):
+            return []
+        out += [c for c in same if c.method == "item" and c.seq > seq]
+    return out

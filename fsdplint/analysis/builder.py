@@ -10,23 +10,12 @@ import libcst as cst
 from fsdplint.analysis.classes import Classes
 from fsdplint.analysis.lightning import is_fabric
 from fsdplint.analysis.linking import Linking
-from fsdplint.analysis.records import UNKNOWN, Event, Item, Ref, Step
+from fsdplint.analysis.records import SAME_MODEL_APIS, SAME_MODEL_METHODS, UNKNOWN, Event, Item, Ref, Step
 from fsdplint.apis import CALL_EFFECTS, CALL_FACTS
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.collect import AttrSet, Call, Scope
 from fsdplint.resolve import dotted
 
-# Calls that return the model they were given (so their result is the same model).
-SAME_MODEL_APIS = {
-    "get_peft_model": (0, "model"),
-    "FSDP1": (0, "module"),
-    "fully_shard": (0, "module"),
-    "DDP": (0, "module"),
-    "prepare_model_for_kbit_training": (0, "model"),
-    "PeftModel_from_pretrained": (0, "model"),
-    "torch_compile": (0, "model"),
-}
-SAME_MODEL_METHODS = {"to", "cuda", "half", "bfloat16", "float", "requires_grad_", "train", "eval", "to_empty"}
 # Attributes that reach the same model through a wrapper.
 TRANSPARENT = {"module", "base_model", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
 # Roots whose first attribute names the object (`self.model`, `trainer.model`).
@@ -127,6 +116,7 @@ class Builder(Classes, Linking):
         self._callees: dict[int, tuple] = {}  # id(call) -> its project callee (memo)
         self._inline_sites: dict[int, list[Call]] = {}  # id(helper scope) -> the calls it was inlined at
         self._returned: dict[int, str] = {}  # id(call node of an inlined helper) -> the key it returns
+        self._instances: dict[str, str] = {}  # key of a name -> `self` of the object of the class last built into it
         self.foreign_calls: list[Call] = []
 
     def _build(self) -> None:
@@ -202,6 +192,12 @@ class Builder(Classes, Linking):
                         sub_map[p] = step.key(d) if d.split(".")[0] not in HOLDERS else d
                     elif isinstance(arg, cst.Call) and self._returned.get(id(arg)):
                         sub_map[p] = self._returned[id(arg)]  # the helper's result, passed on directly
+                    elif isinstance(arg, (cst.Call, cst.ListComp, cst.GeneratorExp)):
+                        # `clip(model.parameters())`, `clip([p for m in parts for p in m.parameters()])`: the
+                        # helper's parameter stands for the model whose parameters it receives.
+                        src, _ = self._params_source(arg, step, item)
+                        if src is not None and not src.child:
+                            sub_map[p] = src.key
                 if origin is None:
                     tag = str(item.seq)
                 else:
@@ -211,6 +207,8 @@ class Builder(Classes, Linking):
                 if callee_origin is not None:
                     self._scope_sites.setdefault(id(callee), sub_site)
                 sub_prefix = f"{prefix}{callee.name}@{tag}:"
+                if callee.klass and callee.params[:1] == ["self"]:
+                    sub_map["self"] = self._self_key(step, item, callee, sub_prefix)
                 sub = self._steps(callee, sub_map, sub_prefix, depth + 1, stack + (id(callee),),
                                   callee_origin, sub_site, sub_flags)
                 steps.extend(sub)
@@ -227,6 +225,24 @@ class Builder(Classes, Linking):
                     self._returned[id(item.node)] = step.returns[0]
             steps.append(step)
         return steps
+
+    def _self_key(self, step: Step, call: Call, callee: Scope, sub_prefix: str) -> str:
+        """The object a method inlined at `call` runs on: `self` of the caller for `self.m()`, the receiver
+        for `obj.m()`, the object assigned for `obj = Cls(...)` (its `__init__`)."""
+        if call.func is not None and call.func.startswith("self."):
+            return step.key("self")
+        if callee.name == "__init__" and call.method != "__init__":
+            # A new object for each construction: `w = Worker(a); w.setup(); w = Worker(b); w.setup()` are two
+            # objects, whose `self.x` must not merge. Later method calls on the name run on the latest one.
+            d = dotted(call.targets[0]) if len(call.targets) == 1 else None
+            fresh = f"{sub_prefix}self"
+            if d:
+                self._instances[self._target_key(step, d)] = fresh
+            return fresh
+        r = self.ref(call.receiver, step)
+        if r is None or r.child:
+            return f"{sub_prefix}self"
+        return self._instances.get(r.key, r.key)
 
     def _interpret(self, t: Timeline) -> None:
         for step in t.steps:
@@ -520,6 +536,10 @@ class Builder(Classes, Linking):
         elif api == "clip_grad_norm_":
             src, _ = self._params_source(call.arg(0, "parameters"), step, call)
             out.append(Event("clip", step, src, {"torch_api": True}, t))
+        elif api == "get_total_norm":
+            # The norm half of clip_grad_norm_ (over the grads of the params the comprehension reads).
+            src, _ = self._params_source(call.arg(0, "tensors"), step, call)
+            out.append(Event("clip", step, src, {"torch_api": True, "norm_only": True}, t))
         elif api == "torch_save":
             obj = call.arg(0, "obj")
             if isinstance(obj, cst.Call) and isinstance(obj.func, cst.Attribute) and obj.func.attr.value == "state_dict":
@@ -567,26 +587,65 @@ class Builder(Classes, Linking):
                         out.append(Event(kind, step, r, {"method": m}, t))
         return out
 
-    def _params_source(self, params, step: Step, call: Call) -> tuple[Optional[Ref], bool]:
-        """Which model an optimizer's params come from, and whether they were filtered."""
+    def _params_source(self, params, step: Step, call: Call, _depth: int = 0) -> tuple[Optional[Ref], bool]:
+        """Which model an optimizer's params come from, and whether they were filtered: through names,
+        comprehensions (`[p for n, p in d.items() if ...]`, `{n: p for n, p in model.named_parameters()}`)
+        and param groups (`[{"params": decay}, {"params": no_decay}]`)."""
         filtered = False
         for _ in range(4):
             if isinstance(params, (cst.Name, cst.Attribute)) and not isinstance(params, cst.Call):
                 d = dotted(params)
+                if d in step.mapping and d in call.scope.params and (
+                        d not in call.scope.assigns or self._refined_binding(d, call.scope, True) is not None):
+                    return Ref(step.mapping[d], False), filtered  # a helper's parameter: the caller's params
                 bound = self.binding(d, call.scope) if d else None
+                if bound is None and d is not None and "." not in d:
+                    bound = self._refined_binding(d, call.scope)
+                    filtered = filtered or bound is not None
                 if bound is None:
                     return None, filtered
                 params = bound
                 continue
             break
-        if isinstance(params, (cst.ListComp, cst.GeneratorExp)):
+        if _depth > 4:
+            return None, filtered
+        if isinstance(params, (cst.List, cst.Tuple)) and params.elements:
+            # Param groups: the model the groups' params come from (the first one that tells).
+            for el in params.elements:
+                v = el.value
+                if isinstance(v, cst.Dict):
+                    v = next((e.value for e in v.elements if isinstance(e, cst.DictElement)
+                              and self.value(e.key, call.scope) == "params"), None)
+                src, f = self._params_source(v, step, call, _depth + 1) if v is not None else (None, False)
+                if src is not None:
+                    return src, True if len(params.elements) > 1 else (filtered or f)
+            return None, filtered
+        if isinstance(params, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
             filtered = filtered or bool(params.for_in.ifs)
+            inner = params.for_in.inner_for_in
+            if inner is not None:
+                # `[p for m in model_parts for p in m.parameters()]`: the params of the modules listed.
+                filtered = filtered or bool(inner.ifs)
+                it = inner.iter
+                if (isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and not it.args
+                        and it.func.attr.value in ("parameters", "named_parameters")
+                        and isinstance(params.for_in.target, cst.Name)
+                        and dotted(it.func.value) == params.for_in.target.value):
+                    return self._modules_source(params.for_in.iter, step, call), filtered
+                return None, filtered
             params = params.for_in.iter
+            if (isinstance(params, cst.Call) and isinstance(params.func, cst.Attribute)
+                    and params.func.attr.value in ("items", "values") and not params.args):
+                params = params.func.value
+            if isinstance(params, (cst.Name, cst.Attribute)):
+                src, f = self._params_source(params, step, call, _depth + 1)
+                return src, filtered or f
         if isinstance(params, cst.Call):
             fn = dotted(params.func)
             if fn in ("filter", "list", "tuple") and params.args:
                 filtered = filtered or fn == "filter"
-                return self._params_source(params.args[-1].value, step, call)[0], filtered
+                src, f = self._params_source(params.args[-1].value, step, call, _depth + 1)
+                return src, filtered or f
             if isinstance(params.func, cst.Attribute) and params.func.attr.value in ("parameters", "named_parameters"):
                 return self.ref(params.func.value, step), filtered
             if isinstance(params.func, cst.Attribute):
@@ -594,7 +653,42 @@ class Builder(Classes, Linking):
                 return None, True
         return None, filtered
 
+    def _modules_source(self, expr, step: Step, call: Call) -> Optional[Ref]:
+        """`model_parts` bound to `[model]` (a list of the model's modules): that model."""
+        for _ in range(3):
+            d = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+            if d is None:
+                break
+            expr = self.binding(d, call.scope)
+        if isinstance(expr, (cst.List, cst.Tuple)) and expr.elements:
+            return self.ref(expr.elements[0].value, step)
+        return None
 
+    def _refined_binding(self, name: str, scope: Scope, param: bool = False) -> Optional[cst.BaseExpression]:
+        """A name assigned once from a source and then only refined from itself
+        (`d = {n: p for n, p in model.named_parameters()}; d = {n: p for n, p in d.items() if p.requires_grad}`):
+        the first assignment, the source of them all. `param`: the name is a parameter, every assignment
+        refines it (`parameters = list(parameters)`); returns the first of them."""
+        vals = scope.assigns.get(name) if scope is not None else None
+        if not vals or (len(vals) < 2 and not param):
+            return None
+        first, rest = vals[0][1], [v for _, v in (vals if param else vals[1:])]
+        for v in rest:
+            if isinstance(v, cst.Call) and dotted(v.func) in ("list", "tuple") and len(v.args) == 1:
+                if dotted(v.args[0].value) == name:
+                    continue
+                return None
+            if not isinstance(v, (cst.ListComp, cst.DictComp, cst.GeneratorExp)) or dotted(_comp_source(v)) != name:
+                return None
+        return first
+
+
+def _comp_source(comp) -> Optional[cst.BaseExpression]:
+    """What a comprehension iterates over, through `.items()` / `.values()`."""
+    it = comp.for_in.iter
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in ("items", "values"):
+        return it.func.value
+    return it
 
 
 def _flag_value(test: cst.BaseExpression, flags: dict) -> Optional[bool]:

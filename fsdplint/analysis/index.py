@@ -30,7 +30,7 @@ LIBRARIES = frozenset({
     "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
     "safetensors", "huggingface_hub", "torchtune", "torchao", "lightning", "pytorch_lightning",
 })
-SHEET_VERSION = 4
+SHEET_VERSION = 5
 _MAX_FILE_BYTES = 2_000_000
 _MAX_MODULES = 128  # parsed modules kept per process (libcst trees are large)
 _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
@@ -68,7 +68,27 @@ def _function_sheet(fn, lines: list[str]) -> dict:
     touches = bool(_WORDS.search(body)) or any(c.rsplit(".", 1)[-1] in _CALLS for c in calls)
     start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
     return {"line": fn.lineno, "span": [start, fn.end_lineno], "touches": touches, "calls": calls,
-            "property": any(_dotted(d) == "property" for d in fn.decorator_list)}
+            "property": any(_dotted(d) == "property" for d in fn.decorator_list), "made": _made(fn)}
+
+
+def _made(fn) -> Optional[list]:
+    """What the function returns, when every `return` calls a name (`return GPT(cfg)`): those names, so a
+    caller can tell the class of `model = build(cfg)`; None when some return is anything else."""
+    out: list = []
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Return):
+            name = _dotted(node.value.func) if isinstance(node.value, ast.Call) else None
+            if name is None:
+                return None
+            if name not in out:
+                out.append(name)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out or None
 
 
 def fact_sheet(text: str) -> dict:
@@ -152,6 +172,8 @@ class Project:
         self._files: dict[tuple, Optional[Path]] = {}
         self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
         self._touch: dict[tuple, bool] = {}
+        self._classes: dict[tuple, Optional[tuple]] = {}  # (importer, version, name, own) -> (file, class)
+        self._resolved: dict[tuple, tuple] = {}  # (importer, name) -> (the import list asked with, result)
         self._partial_of: dict[tuple, str] = {}  # (path, kept definitions) -> the text it was cut from
         self._first_part: dict[Path, frozenset] = {}  # path -> the definitions its first partial parse kept
 
@@ -255,6 +277,18 @@ class Project:
         imports and re-exports; None for anything that is not a project function."""
         if depth > 4:
             return None
+        if not depth:
+            # Another module's calls are resolved again by every linted file that runs them: memoised for
+            # the fact sheet's own import list (kept in the entry, so a new sheet never matches an old one).
+            hit = self._resolved.get((importer, name))
+            if hit is not None and hit[0] is imports:
+                return hit[1]
+            found = self._resolve(importer, imports, name, depth)
+            self._resolved[(importer, name)] = (imports, found)
+            return found
+        return self._resolve(importer, imports, name, depth)
+
+    def _resolve(self, importer: Path, imports: list, name: str, depth: int) -> Optional[tuple[Path, str]]:
         head, _, rest = name.partition(".")
         for local, module, attr, level in reversed(imports):
             if local != head:
@@ -292,6 +326,65 @@ class Project:
         if cls is not None:
             return (path, f"{head}.{rest}") if rest in cls["methods"] else None
         return self.resolve(path, sheet["imports"], name, depth + 1)  # a re-export
+
+    def resolve_class(self, importer: Path, imports: list, name: str, own: bool = True) -> Optional[tuple[Path, str]]:
+        """(file, class name) that the dotted `name` used in `importer` denotes when it is a class of the
+        project: defined in `importer` itself (`own`: look there too), imported, or re-exported; else None.
+        Memoised per importer version (a name is asked at every call that uses it, from every linted file)."""
+        key = (importer, self._stamp(importer), name, own)
+        hit = self._classes.get(key, self)
+        if hit is self:
+            hit = self._classes[key] = self._resolve_class(importer, imports, name, own)
+        return hit
+
+    def _resolve_class(self, importer: Path, imports: list, name: str, own: bool) -> Optional[tuple[Path, str]]:
+        if own:
+            sheet = self.sheet(importer)
+            if name in sheet["classes"]:
+                return importer, name
+            if name in sheet["functions"]:
+                return None
+        # `Class.__init__` resolves where `Class` does (a class without `__init__`: its fact sheet says so).
+        found = self.resolve(importer, imports, f"{name}.__init__")
+        if found is not None:
+            return found[0], found[1].rpartition(".")[0]
+        return self._class_in(importer, imports, name, 0)
+
+    def _class_in(self, importer: Path, imports: list, name: str, depth: int) -> Optional[tuple[Path, str]]:
+        if depth > 4:
+            return None
+        head, _, rest = name.partition(".")
+        for local, module, attr, level in reversed(imports):
+            if local != head:
+                continue
+            if attr is None:
+                mod = self.find_module(importer, f"{module}.{rest}".rpartition(".")[0] if rest else module, 0)
+                cls = name.rpartition(".")[2]
+                return (mod, cls) if rest and mod is not None and cls in self.sheet(mod)["classes"] else None
+            if rest or (not level and api_of(f"{module}.{attr}") is not None):
+                return None
+            target = self.find_module(importer, module, level)
+            if target is None:
+                return None
+            sheet = self.sheet(target)
+            if attr in sheet["classes"]:
+                return target, attr
+            return self._class_in(target, sheet["imports"], attr, depth + 1)  # a re-export
+        return None
+
+    def resolve_module(self, importer: Path, imports: list, name: str) -> Optional[Path]:
+        """The project file of the module that the plain name `name` denotes in `importer` (`import trainers`,
+        `from pkg import trainers`); None for anything else."""
+        for local, module, attr, level in reversed(imports):
+            if local != name:
+                continue
+            if attr is None:
+                return self.find_module(importer, module, 0)
+            target = self.find_module(importer, module, level)
+            pkg = target.parent if target is not None and target.name == "__init__.py" else (
+                self._namespace_dir(importer, module, level) if target is None else None)
+            return self._module_file(pkg, [attr]) if pkg is not None else None
+        return None
 
     def function(self, path: Path, qual: str) -> Optional[dict]:
         sheet = self.sheet(path)

@@ -3,10 +3,12 @@ same-file helper's does, and everything that came from another file stays tracea
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import libcst as cst
 
+from fsdplint.analysis.records import SAME_MODEL_APIS, SAME_MODEL_METHODS
 from fsdplint.collect import Call, Scope
 from fsdplint.resolve import dotted
 
@@ -23,11 +25,14 @@ class Linking:
 
     def _callee(self, call: Call, origin) -> tuple[Optional[Scope], Any]:
         """The function a call runs: a helper of the same file (of `origin`, for code of another module),
-        else a function of another module of the project that may touch the model; else (None, None)."""
+        a method of a class of the file or the project (`obj.method()`, `Cls()`), else a function of another
+        module of the project that may touch the model; else (None, None)."""
         callee = self._same_file_callee(call, origin.collector if origin is not None else self.c)
         if callee is not None:
             return callee, origin
-        if self.project is None or call.api is not None or call.func is None or call.func.startswith("self."):
+        if call.api is not None or call.func is None or call.func.startswith("self."):
+            return None, None
+        if self.project is None and origin is None and not self.c.class_bases:
             return None, None
         memo = self._callees.get(id(call))
         if memo is None:
@@ -39,11 +44,16 @@ class Linking:
         if hops >= _MAX_HOPS:
             return None, None
         importer = origin.path if origin is not None else self.path
-        if importer is None:
-            return None, None
         try:
-            found = self.project.resolve(importer, self._imports(origin), call.func)
+            found = None
+            if self.project is not None and importer is not None:
+                found = self.project.resolve(importer, self._imports(origin), call.func)
             if found is None:
+                found = self._class_callee(call, origin, importer)
+                if found is not None and origin is None and found[0] == self.path:
+                    # A method of a class of the linted file itself.
+                    return self.c.methods.get(tuple(found[1].split(".", 1))), None
+            if found is None or self.project is None:
                 return None, None
             if not self.project.touches(*found):
                 self._known_calls.add(id(call))  # a project function that does nothing to a model
@@ -98,6 +108,162 @@ class Linking:
     def defined_in(self, collector) -> Optional[Any]:
         """The path of the other module whose records `project_class` returned (None for this file)."""
         return self.__dict__.get("_class_files", {}).get(id(collector))
+    # -- methods of the project's classes ----------------------------------------------------
+    def _class_callee(self, call: Call, origin, importer: Path) -> Optional[tuple[Path, str]]:
+        """The method of a class of the project that a call runs: `obj.method(...)` with `obj` built by that
+        class (directly or by a helper that returns it), or `Cls(...)` / `getattr(module, name)(...)` running
+        the class's `__init__`. Among several candidate classes (a class picked by a name the analysis
+        cannot read), the one whose method may touch a model, if only one does."""
+        recv = call.receiver
+        if call.method is not None and isinstance(recv, cst.Name):
+            cls = self._instance_class(recv, call.scope, origin, importer, 0)
+            return self._method_of(cls, call.method, 0) if cls is not None else None
+        candidates = self._classes_denoted(call.node.func, call.scope, origin, importer, 0)
+        found = [m for m in (self._method_of(c, "__init__", 0) for c in candidates) if m is not None]
+        if len(found) > 1 and self.project is not None:
+            found = [m for m in found if self.project.touches(*m)]
+        return found[0] if len(found) == 1 else None
+
+    def _method_of(self, cls: tuple, meth: str, depth: int) -> Optional[tuple]:
+        """(file, "Class.method") where `meth` is defined for the class, looking through its project bases."""
+        path, name = cls
+        if depth > 4:
+            return None
+        if path == self.path:  # the linted file (None: a lone file): its own records, no fact sheet
+            if (name, meth) in self.c.methods:
+                return path, f"{name}.{meth}"
+            bases, origin = self.c.class_bases.get(name, ()), None
+        else:
+            sheet = self.project.sheet(path)
+            info = sheet["classes"].get(name)
+            if info is None:
+                return None
+            if meth in info["methods"]:
+                return path, f"{name}.{meth}"
+            bases, origin = info["bases"], path
+        for base in bases:
+            b = self._resolve_class(path, None, base) if origin is None else self.project.resolve_class(
+                path, self.project.sheet(path)["imports"], base)
+            hit = self._method_of(b, meth, depth + 1) if b is not None and b != cls else None
+            if hit is not None:
+                return hit
+        return None
+
+    def _resolve_class(self, importer: Optional[Path], origin, name: str) -> Optional[tuple]:
+        """(file, class) for a class name used in the linted file (origin None) or in another module."""
+        if origin is None:
+            if name in self.c.class_bases:
+                return self.path, name
+            if self.project is None or importer is None:
+                return None
+            if name in self.c.functions:
+                return None
+            return self.project.resolve_class(importer, self._imports(None), name, own=False)
+        return self.project.resolve_class(importer, self._imports(origin), name)
+
+    def _classes_denoted(self, expr, scope: Optional[Scope], origin, importer: Path, depth: int) -> list:
+        """The project classes an expression names as a class object: `GPT`, `models.GPT`, a name bound to
+        one, or `getattr(module, name)` (the class of that name; any class of the module when the name is
+        not known)."""
+        if expr is None or depth > 4:
+            return []
+        if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr" and len(expr.args) == 2:
+            if self.project is None or importer is None:
+                return []
+            mod = dotted(expr.args[0].value)
+            path = self.project.resolve_module(importer, self._imports(origin), mod) if mod else None
+            if path is None:
+                return []
+            classes = self.project.sheet(path)["classes"]
+            name = self.value(expr.args[1].value, scope)
+            if isinstance(name, str):
+                return [(path, name)] if name in classes else []
+            return [(path, c) for c in classes]
+        d = dotted(expr)
+        if d is None:
+            return []
+        hit = self._resolve_class(importer, origin, d)
+        if hit is not None:
+            return [hit]
+        if "." not in d and scope is not None:
+            vals = self._assignments(d, scope, origin)
+            if vals is not None and len(vals) == 1:
+                return self._classes_denoted(vals[0][1], vals[0][0], origin, importer, depth + 1)
+        return []
+
+    def _assignments(self, name: str, scope: Scope, origin) -> Optional[list]:
+        """[(scope, value)] of the plain name in its function, else at module level; None for a parameter."""
+        top = origin.collector.module_scope if origin is not None else self.c.module_scope
+        for s in (scope, top) if scope is not top else (top,):
+            vals = s.assigns.get(name)
+            if vals:
+                return [(s, v) for _, v in vals]
+            if s is not top and name in s.params:
+                return None
+        return None
+
+    def _instance_class(self, expr, scope: Optional[Scope], origin, importer: Path, depth: int):
+        """(file, class) of the project whose instance `expr` holds, when every assignment agrees: built by
+        the class, returned by a helper that builds it, or the same object again (`model = model.to(dev)`,
+        `model = FSDP(model)`, which forwards attribute access to the module it wraps)."""
+        if expr is None or depth > 4:
+            return None
+        if isinstance(expr, cst.Name):
+            # What a name holds does not depend on the call that asks (the analysis is flow-insensitive).
+            memo = self.__dict__.setdefault("_class_memo", {})
+            key = (id(scope), expr.value, id(origin))
+            if key not in memo:
+                memo[key] = None  # recursion guard
+                memo[key] = self._name_class(expr, scope, origin, importer, depth)
+            return memo[key]
+        if not isinstance(expr, cst.Call):
+            return None
+        classes = self._classes_denoted(expr.func, scope, origin, importer, depth + 1)
+        if classes:
+            return classes[0] if len(classes) == 1 else None
+        f = dotted(expr.func)
+        if f is None:
+            return None
+        c = origin.collector if origin is not None else self.c
+        helper = c.functions.get(f) if "." not in f else None
+        if helper is not None:  # a helper of the same file: the one class its returns build
+            found = {self._instance_class(r, helper, origin, importer, depth + 1) for r in helper.returns}
+            return found.pop() if len(found) == 1 and None not in found else None
+        if self.project is None or importer is None:
+            return None
+        target = self.project.resolve(importer, self._imports(origin), f)
+        fn = self.project.function(*target) if target is not None else None
+        made = fn.get("made") if fn is not None else None
+        if not made or len(made) != 1:
+            return None
+        sheet = self.project.sheet(target[0])
+        return self.project.resolve_class(target[0], sheet["imports"], made[0])
+
+    def _name_class(self, expr: cst.Name, scope, origin, importer, depth: int):
+        vals = self._assignments(expr.value, scope, origin) if scope is not None else None
+        if not vals:
+            return None
+        found = set()
+        for s, v in vals:
+            if self._same_object_of(v, expr.value):
+                continue
+            cls = self._instance_class(v, s, origin, importer, depth + 1)
+            if cls is None:
+                return None
+            found.add(cls)
+        return found.pop() if len(found) == 1 else None
+
+    def _same_object_of(self, value, name: str) -> bool:
+        """`name.to(...)`, `FSDP(name, ...)`, `torch.compile(name)`: the object `name` already held."""
+        if not isinstance(value, cst.Call):
+            return False
+        if isinstance(value.func, cst.Attribute) and value.func.attr.value in SAME_MODEL_METHODS:
+            return dotted(value.func.value) == name
+        call = self.call_at(value)
+        if call is not None and call.api in SAME_MODEL_APIS:
+            idx, kw = SAME_MODEL_APIS[call.api]
+            return dotted(call.arg(idx, kw)) == name
+        return False
 
     def _imports(self, origin) -> list:
         if origin is None:

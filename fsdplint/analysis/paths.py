@@ -60,10 +60,11 @@ class Paths:
             prefix = root + "".join(segments[: len(segments) - i]) if i else step.prefix
             for g in item.guards:
                 test = getattr(g.node, "test", None)
-                if g.branch is None or g.loop_depth or test is None:
+                if g.branch is None or test is None or (g.loop_depth and not _loop_invariant(test, item.scope)):
                     continue
                 for lit in self._literals(test, g.branch == "body"):
-                    out.append((prefix,) + lit)
+                    out.append(_through_parameter(prefix, lit, step.mapping) if not i and step.mapping
+                               else (prefix,) + lit)
         result = tuple(out)
         cache[key] = (step, result)
         return result
@@ -175,6 +176,45 @@ def _fsdp_test(test: cst.BaseExpression, code) -> Optional[bool]:
     if off is not None and _FSDP_ON.match(off):
         return not positive
     return None
+
+
+_ROOT_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _loop_invariant(test: cst.BaseExpression, scope) -> bool:
+    """A test in a loop that takes the same value on every iteration: it reads only parameters of the
+    function (and their attributes) that the function never assigns, and calls nothing
+    (`if train_config.enable_fsdp:` inside the training loop)."""
+    stack = [test]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.Call, cst.Subscript, cst.Lambda, cst.Await, cst.NamedExpr, cst.Yield)):
+            return False
+        if isinstance(n, cst.Attribute):
+            d = dotted(n)
+            if d is None or d in scope.assigns:
+                return False
+            stack.append(n.value)
+            continue
+        if isinstance(n, cst.Name):
+            if n.value not in ("True", "False", "None") and (n.value not in scope.params or n.value in scope.assigns):
+                return False
+            continue
+        stack.extend(n.children)
+    return True
+
+
+def _through_parameter(prefix: str, lit: tuple, mapping: dict) -> tuple:
+    """A literal of a helper's test on one of its parameters (`train_config.enable_fsdp` where the caller
+    passed its own `train_config`), written in the caller's terms, so it compares with the caller's tests."""
+    m = _ROOT_NAME.match(lit[1])
+    key = mapping.get(m.group(0)) if m is not None else None
+    if key is None or m.group(0) in ("self", "cls") or key.startswith(("self.", "cls.")):
+        return (prefix,) + lit
+    outer, _, name = key.rpartition(":")
+    if not _ROOT_NAME.fullmatch(name.split(".", 1)[0]):
+        return (prefix,) + lit
+    return (outer + ":" if outer else "", lit[0], name + lit[1][m.end():]) + lit[2:]
 
 
 def _norm(text: str) -> str:

@@ -12,6 +12,17 @@ from fsdplint.collect import AttrSet, Call
 if TYPE_CHECKING:  # pragma: no cover
     from fsdplint.analysis.timeline import Timeline
 
+# Calls that return the model they were given (so their result is the same model).
+SAME_MODEL_APIS = {
+    "get_peft_model": (0, "model"),
+    "FSDP1": (0, "module"),
+    "fully_shard": (0, "module"),
+    "DDP": (0, "module"),
+    "prepare_model_for_kbit_training": (0, "model"),
+    "PeftModel_from_pretrained": (0, "model"),
+    "torch_compile": (0, "model"),
+}
+SAME_MODEL_METHODS = {"to", "cuda", "half", "bfloat16", "float", "requires_grad_", "train", "eval", "to_empty"}
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__bool__": lambda self: False})()
 
 
@@ -59,9 +70,11 @@ class Step:
     def key(self, name: str) -> str:
         if name in self.mapping:
             return self.mapping[name]
-        root = name.split(".", 1)[0]
+        root, dot, rest = name.partition(".")
         if root in ("self", "cls"):
-            return name
+            # A method inlined on an object of the caller: its `self` is that object.
+            base = self.mapping.get(root)
+            return base + dot + rest if base is not None else name
         return self.prefix + name
 
 

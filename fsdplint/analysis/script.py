@@ -24,6 +24,27 @@ def _is_test(scope: Scope) -> bool:
     return scope.node is not None and scope.name.startswith("test")
 
 
+class _ProjectResolver:
+    """The linted file's name resolution, except for nodes of other modules of the project that its
+    programs run: those resolve through their own module's imports (`transformer_auto_wrap_policy`
+    imported in trainers.py, not in train.py)."""
+
+    def __init__(self, analysis: "ScriptAnalysis") -> None:
+        self._a = analysis
+        self._own = analysis.c.resolver
+
+    def qualify(self, node: cst.BaseExpression):
+        a = self._a
+        if a._foreign_mods and id(node) not in a.c.top:
+            for fm in a._foreign_mods:
+                if id(node) in fm.collector.top:
+                    return fm.collector.resolver.qualify(node)
+        return self._own.qualify(node)
+
+    def __getattr__(self, name: str):
+        return getattr(self._own, name)
+
+
 class ScriptAnalysis(Values, Paths, Builder):
     _dead: Any = frozenset()
 
@@ -31,7 +52,7 @@ class ScriptAnalysis(Values, Paths, Builder):
                  project: Any = None, path: Optional[Path] = None) -> None:
         self.module = module
         self.c = collector or collect(module)
-        self.resolver = self.c.resolver
+        self.resolver = _ProjectResolver(self)
         self.timelines: list[Timeline] = []
         # The project (analysis/index.py): calls to its functions in other modules run as if inlined.
         self.project = project

@@ -193,6 +193,13 @@ class Values:
         param = next((p for p in params + list(node.params.kwonly_params) if p.name.value == name), None)
         sites = [c for c in self.c.calls if c.func == node.name.value and c.scope.klass is None and scope.klass is None]
         if not sites:
+            # A function of another module (or a method) inlined at exactly one call: what that call passes.
+            sites = getattr(self, "_inline_sites", {}).get(id(scope), [])
+            if len(sites) != 1:
+                return frozenset({UNKNOWN})
+            if scope.klass and scope.params[:1] == ["self"]:
+                index = index - 1 if index else None
+        if not sites:
             return frozenset({UNKNOWN})
         out: set = set()
         for c in sites:
@@ -204,6 +211,21 @@ class Values:
             else:
                 out |= self.values(arg, c.scope, depth + 1)
         return _capped(out)
+
+    def cannot_run(self, item) -> bool:
+        """An `if` around `item` whose test cannot take the value its branch needs, with the values the
+        analysis knows (constants, arguments a helper is called with, defaults): `if pp_mesh is not None:`
+        in a helper called with `pp_mesh=None`."""
+        for g in item.guards:
+            test = getattr(g.node, "test", None)
+            if g.branch not in ("body", "orelse") or test is None:
+                continue
+            t = self.truth(test, item.scope)
+            if UNKNOWN in t:
+                continue
+            if (g.branch == "body" and True not in t) or (g.branch == "orelse" and False not in t):
+                return True
+        return False
 
     @cached_property
     def _dataclasses(self) -> dict:
