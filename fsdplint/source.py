@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 from typing import Optional
@@ -56,7 +57,7 @@ def describe_non_text(data: bytes) -> Optional[str]:
                     "ASCII-compatible encoding named in a coding cookie: save it as UTF-8")
     head = data[:_SAMPLE]
     if b"\x00" not in head:
-        return None
+        return _not_utf8(data, head)
     for magic, what in _MAGIC:
         if head.startswith(magic):
             return f"not a source file: the content is {what}, binary data where Python code was expected"
@@ -84,6 +85,38 @@ def describe_non_text(data: bytes) -> Optional[str]:
     return None
 
 
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", re.M)
+
+
+def _not_utf8(data: bytes, head: bytes) -> Optional[str]:
+    """A file without NUL bytes that is mostly control or high bytes and not UTF-8: binary data."""
+    try:
+        data.decode("utf-8")
+        return None
+    except UnicodeDecodeError:
+        pass
+    if _COOKIE.search(b"\n".join(data.split(b"\n", 2)[:2])):
+        return None  # an encoding is declared: decoding with it decides
+    odd = sum(1 for b in head if (b < 32 and b not in (9, 10, 12, 13)) or b >= 0x80)
+    if odd <= 0.3 * len(head):
+        return None  # text in some other encoding: `decode` says where
+    return (f"not a source file: binary data ({round(100 * odd / len(head))}% control or non-ASCII bytes in the "
+            f"first {len(head)} bytes, not UTF-8)")
+
+
+def _undeclared(data: bytes) -> Optional[SourceError]:
+    """Text that is not UTF-8 and names no encoding: where the first byte UTF-8 cannot read is."""
+    try:
+        data.decode("utf-8")
+        return None
+    except UnicodeDecodeError as e:
+        bad = e.start
+    line = data.count(b"\n", 0, bad) + 1
+    return SourceError(f"the file is not UTF-8 (byte 0x{data[bad]:02X} on line {line}) and declares no encoding: save "
+                       "it as UTF-8, or name its encoding in a coding cookie (`# -*- coding: latin-1 -*-`) on line 1 or 2",
+                       line)
+
+
 def decode(data: bytes) -> SourceFile:
     what = describe_non_text(data)
     if what is not None:
@@ -93,6 +126,10 @@ def decode(data: bytes) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as e:
+        if not _COOKIE.search(b"\n".join(data.split(b"\n", 2)[:2])):
+            err = _undeclared(data)
+            if err is not None:
+                raise err from None
         raise SourceError(f"bad encoding declaration: {e.msg if hasattr(e, 'msg') else e}", 1) from None
     if encoding == "utf-8-sig":
         encoding = "utf-8"
@@ -102,5 +139,7 @@ def decode(data: bytes) -> SourceFile:
         row = None
         if isinstance(e, UnicodeDecodeError):
             row = body[: e.start].count(b"\n") + 1
+            if encoding == "utf-8" and not _COOKIE.search(b"\n".join(data.split(b"\n", 2)[:2])):
+                raise _undeclared(body) or SourceError(f"cannot decode the file as {encoding}", row) from None
         raise SourceError(f"cannot decode the file as {encoding}", row) from None
     return SourceFile(text, encoding, bom)

@@ -90,6 +90,7 @@ WHAT_IT_IS = {
     "legacy_pickle.py": (b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01K\x01u.", "a Python pickle"),
     "weights.py": (_safetensors_bytes(), "a safetensors file"),
     "random.py": (bytes(range(256)) * 4, "binary data (NUL bytes"),
+    "random_no_nul.py": (bytes(range(1, 256)) * 4, "binary data (61% control or non-ASCII bytes"),
 }
 
 
@@ -104,6 +105,16 @@ def test_non_text_file_says_what_it_is(tmp_path, name):
     assert f["code"] == "FSDP903" and f["filename"].endswith(name)
     assert what in f["message"] and "encoding declaration" not in f["message"], f["message"]
     assert "\n" not in f["message"] and f["location"]["row"] == 1
+
+
+def test_text_in_another_encoding_says_where_and_how_to_declare_it(tmp_path):
+    """Latin-1 text without a coding cookie: which byte on which line, and the two ways out."""
+    p = tmp_path / "legacy.py"
+    p.write_bytes("import peft\n# r\u00e9sum\u00e9 of the run\nx = 1\n".encode("latin-1"))
+    (f,) = findings(lint(str(p)))
+    assert f["code"] == "FSDP903" and f["location"]["row"] == 2
+    assert "not UTF-8 (byte 0xE9 on line 2)" in f["message"] and "coding cookie" in f["message"]
+    assert "encoding declaration:" not in f["message"]
 
 
 def test_text_with_a_stray_nul_is_still_a_syntax_error(tmp_path):
