@@ -75,6 +75,27 @@ class CollectiveInRankGuard(Rule):
     references = ("pytorch#122903", "pytorch#143536", "accelerate#2000")
 
     VALID = [
+        # Rank-0-first as a context manager: one helper's barrier runs under `if not leader:` before the
+        # body and under `if leader:` after it, so every rank reaches one barrier, then the other.
+        Valid(
+            """
+            import contextlib
+            import torch.distributed as dist
+
+            def sync():
+                if dist.is_initialized():
+                    dist.barrier()
+
+            @contextlib.contextmanager
+            def leader_first(leader):
+                if not leader:
+                    sync()
+                yield
+                if leader:
+                    sync()
+            """,
+            options=IN_FSDP_JOB,
+        ),
         # After training under an FSDP1 launch, rank 0 loads the base and adapter again and merges: that copy
         # was never sharded, so saving it alone gathers nothing (FSDP403 speaks of the others waiting).
         Valid(
@@ -642,8 +663,10 @@ def _reached_by_all(a, t, step, guard, label) -> bool:
     mine = _branch(a, step, guard)
     for other in t.steps:
         c = other.call
-        if other is step or c is None or c.node is step.call.node or _explicit_collective(c) != label:
+        if other is step or c is None or _explicit_collective(c) != label:
             continue
+        # (the same call inlined at another call site counts: one helper's barrier under `if not is_main:`
+        # and under `if is_main:` pairs up, the context-manager form of rank-0-first)
         g = a.rank_guard(other)
         if g is None:
             continue
