@@ -201,6 +201,37 @@ def test_a_script_reaching_its_helpers_only_by_star_import_is_linted(project):
     assert run(project, "--no-project", "train.py") == []
 
 
+COMMON = """
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    {all}
+
+    def seed(n):
+        torch.manual_seed(n)
+"""
+STAR_TRAIN = """
+    from transformers import AutoModelForCausalLM
+    from common import *
+
+    model = AutoModelForCausalLM.from_pretrained("m")
+    model = FSDP(model)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+"""
+
+
+def test_library_names_a_star_imported_module_imports_are_the_library_here_too(project):
+    # common.py imports torch and FSDP; `from common import *` binds them in train.py as well.
+    write(project, {"common.py": COMMON.format(all=""), "train.py": STAR_TRAIN})
+    assert {"FSDP003", "FSDP501"} <= set(codes(run(project, "train.py")))
+    # With `__all__` listing only `seed`, the star import binds neither name: the calls stay unknown.
+    write(project, {"common.py": COMMON.format(all="__all__ = ['seed']")})
+    assert not {"FSDP003", "FSDP501"} & set(codes(run(project, "train.py")))
+    # A definition of the script's own shadows the star-imported name.
+    write(project, {"common.py": COMMON.format(all=""),
+                    "train.py": STAR_TRAIN + "\n\ndef FSDP(model):\n    return model\n"})
+    assert "FSDP003" not in codes(run(project, "train.py"))
+
+
 def test_star_imports_that_import_each_other_stay_bounded(project):
     write(project, {"a.py": "from b import *\n", "b.py": "from a import *\n", "train.py": """
         import torch

@@ -341,6 +341,37 @@ class Project:
         public = self.sheet(path).get("all")
         return name in public if public is not None else not name.startswith("_")
 
+    def star_library_names(self, importer: Path, imports: list) -> dict[str, str]:
+        """Library names a file's star imports of project modules bind (`from common import *` where
+        common.py imports torch and FSDP): local name -> qualified name, for the resolver."""
+        out: dict[str, str] = {}
+        for local, module, attr, level in imports:
+            if local == STAR:
+                target = self.find_module(importer, module, level)
+                if target is not None and target != importer:
+                    for name, qual in self._library_exports(target, 0).items():
+                        out.setdefault(name, qual)
+        return out
+
+    def _library_exports(self, path: Path, depth: int) -> dict[str, str]:
+        sheet = self.sheet(path)  # (re-)reads the file first: the key's stamp is its current one
+        key = ("lib", path, self._stamp(path))
+        if key in self._stars:
+            return self._stars[key] or {}
+        self._stars[key] = None  # recursion guard
+        out: dict[str, str] = {}
+        for local, module, attr, level in sheet["imports"]:
+            if local == STAR:
+                target = self.find_module(path, module, level) if depth < 3 else None
+                if target is not None and target != path:
+                    for name, qual in self._library_exports(target, depth + 1).items():
+                        if self.exports(path, name):
+                            out.setdefault(name, qual)
+            elif not level and self.exports(path, local) and self.find_module(path, module, 0) is None:
+                out.setdefault(local, f"{module}.{attr}" if attr is not None else module)
+        self._stars[key] = out
+        return out
+
     def _resolve_dotted(self, importer: Path, full: str, depth: int) -> Optional[tuple[Path, str]]:
         parts = full.split(".")
         for i in range(len(parts) - 1, 0, -1):
