@@ -180,7 +180,9 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
     nodes = list(ast.walk(tree))  # one walk; the passes below filter it
     imports = _imports(nodes)
     classes = {n.name: n for n in nodes if isinstance(n, ast.ClassDef)}
-    project = (find_module, path) if find_module is not None and path is not None else None
+    stars = [(n.module or "", n.level) for n in nodes
+             if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
+    project = (find_module, path, stars) if find_module is not None and path is not None else None
     defs = Definitions()
     argparse_group = Group("argparse")
     parser_vars: dict[str, list[Group]] = {}
@@ -200,8 +202,8 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             call = node.value
             callee = _name(call.func)
-            if callee and callee.split(".")[-1] in _PARSERS and call.args:
-                types = call.args[0].elts if isinstance(call.args[0], (ast.Tuple, ast.List)) else [call.args[0]]
+            types = _parser_types(call) if callee and callee.split(".")[-1] in _PARSERS else None
+            if types is not None:
                 groups = [_dataclass_group(t, classes, imports, use_installed, project) for t in types]
                 for t in node.targets:
                     if isinstance(t, ast.Name):
@@ -231,10 +233,10 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
         elif m in _PARSE_METHODS or (m in ("parse_args", "parse_known_args") and receiver in parser_vars):
             groups = parser_vars.get(receiver or "")
             inner = call.func.value if isinstance(call.func, ast.Attribute) else None
-            if groups is None and isinstance(inner, ast.Call) and (_name(inner.func) or "").split(".")[-1] in _PARSERS \
-                    and inner.args:
+            types = _parser_types(inner) if isinstance(inner, ast.Call) and (
+                _name(inner.func) or "").split(".")[-1] in _PARSERS else None
+            if groups is None and types is not None:
                 # `HfArgumentParser(Args).parse_json_file(...)`
-                types = inner.args[0].elts if isinstance(inner.args[0], (ast.Tuple, ast.List)) else [inner.args[0]]
                 groups = [_dataclass_group(t, classes, imports, use_installed, project) for t in types]
                 defs.groups.extend(g for g in groups if g is not None)
             if groups is None:
@@ -264,6 +266,16 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
         _fire_definitions(nodes, functions, classes, imports, use_installed, project, defs)
     # `def main(args)` called with a parsed namespace: the parameter holds the same fields.
     return defs if defs.namespaces else None
+
+
+def _parser_types(call: ast.Call) -> Optional[list]:
+    """The dataclass expressions an `HfArgumentParser(...)`/`TrlParser(...)` call is given, positionally or
+    as `dataclass_types=`, one class or a tuple/list of them; None when it is given none."""
+    arg = call.args[0] if call.args and not isinstance(call.args[0], ast.Starred) else next(
+        (k.value for k in call.keywords if k.arg == "dataclass_types"), None)
+    if arg is None:
+        return None
+    return list(arg.elts) if isinstance(arg, (ast.Tuple, ast.List)) else [arg]
 
 
 def _fire_definitions(nodes, functions, classes, imports, use_installed, project, defs: Definitions) -> None:
@@ -353,6 +365,10 @@ def _imports(nodes) -> dict[str, str]:
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for a in node.names:
                 out[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.ImportFrom) and node.level:  # `from .config import configs`: ".config.configs"
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = "." * node.level + (f"{node.module}." if node.module else "") + a.name
         elif isinstance(node, ast.Import):
             for a in node.names:
                 out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -426,9 +442,16 @@ def _dataclass_group(node: ast.AST, classes, imports, use_installed: bool, proje
         return g
     head, _, rest = name.partition(".")
     raw = imports.get(head, head) + (f".{rest}" if rest else "")
-    if project is not None and "." in raw and raw.split(".")[0] not in _LIBRARY_PACKAGES:
-        # A dataclass of the project's own modules: its fields as that file defines them.
-        found = _project_class(raw.rpartition(".")[0], 0, raw.rpartition(".")[2], project[1], project[0])
+    level = len(raw) - len(raw.lstrip("."))
+    raw = raw[level:]
+    if project is not None and raw.split(".")[0] not in _LIBRARY_PACKAGES:
+        # A dataclass of the project's own modules (`Args`, `configs.Args`, `pkg.configs.Args`, imported
+        # absolutely, relatively or by `from configs import *`): its fields as that file defines them.
+        module, _, cls_name = raw.rpartition(".")
+        found = _project_class(module, level, cls_name, project[1], project[0]) if module or level else None
+        if found is None and head not in imports and head not in classes:
+            found = next((hit for mod, lvl in project[2] for hit in [
+                _project_class(mod, lvl, name, project[1], project[0], star=True)] if "." not in name and hit), None)
         if found is not None:
             cls, tree = found
             nodes = list(ast.walk(tree))
@@ -497,9 +520,11 @@ def _module_tree(path: Path) -> Optional[ast.Module]:
 
 
 def _project_class(module: str, level: int, name: str, importer: Path, find_module,
-                   depth: int = 0) -> Optional[tuple[ast.ClassDef, ast.Module]]:
+                   depth: int = 0, star: bool = False) -> Optional[tuple[ast.ClassDef, ast.Module]]:
     """The class `name` of the project module `module` (following re-exports such as a package
-    `__init__.py`'s `from .configs import ModelArguments`); None when it is not the project's."""
+    `__init__.py`'s `from .configs import ModelArguments` or `from .configs import *`); None when it is not
+    the project's. `star`: reached through `from module import *`, which binds only what `__all__` lists
+    (without one, the public names)."""
     if depth > 3:
         return None
     try:
@@ -507,8 +532,14 @@ def _project_class(module: str, level: int, name: str, importer: Path, find_modu
     except (OSError, ValueError):
         return None
     tree = _module_tree(f) if f is not None else None
-    if tree is None:
+    if tree is None or f == importer:
         return None
+    if star:
+        from fsdplint.analysis.index import dunder_all
+
+        public = dunder_all(tree.body)
+        if (name not in public) if public is not None else name.startswith("_"):
+            return None
     for n in tree.body:
         if isinstance(n, ast.ClassDef) and n.name == name:
             return n, tree
@@ -517,6 +548,11 @@ def _project_class(module: str, level: int, name: str, importer: Path, find_modu
             for a in n.names:
                 if (a.asname or a.name) == name:
                     return _project_class(n.module or "", n.level, a.name, f, find_module, depth + 1)
+    for n in tree.body:
+        if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names):
+            hit = _project_class(n.module or "", n.level, name, f, find_module, depth + 1, star=True)
+            if hit is not None:
+                return hit
     return None
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from fsdplint.analysis import UNKNOWN
 from fsdplint.arguments import bind, library_fields, parse_definitions
 from fsdplint.launchers import parse_launches
@@ -192,3 +194,86 @@ def test_one_dataclass_taken_by_index():
     assert env.lookup("training_args.load_in_4bit") != env.lookup("script_args.load_in_4bit")
     env = _env(src, "python dpo.py --load_in_4bit False\n", use_installed=False)
     assert _v(env, "script_args.load_in_4bit") == (False,)
+
+
+# -- argument dataclasses in other modules of the project ---------------------------------------------------
+
+CONFIGS = """
+from dataclasses import dataclass, field
+from typing import Optional
+import transformers
+
+__all__ = ["ModelArguments", "TrainingArguments"]
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: Optional[str] = field(default="m")
+    load_in_4bit: bool = field(default=False)
+
+
+@dataclass
+class TrainingArguments(transformers.TrainingArguments):
+    max_seq_length: int = field(default=1024)
+
+
+@dataclass
+class _Hidden:
+    load_in_4bit: bool = True
+"""
+
+
+def _project_env(tmp_path, files: dict[str, str], script: str, cmd: str | None = None):
+    from fsdplint.analysis.index import Project
+
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    path = (tmp_path / script).resolve()
+    defs = parse_definitions(path.read_text(), False, Project(tmp_path.resolve()).find_module, path)
+    if defs is None:
+        return None
+    launch = parse_launches(cmd, "run.sh")[0] if cmd else None
+    return bind(defs, launch, (str(tmp_path),))
+
+
+@pytest.mark.parametrize("imports, parser", [
+    # module.Class on an imported module, the classes given as `dataclass_types=`
+    ("from tuning.config import configs", "transformers.HfArgumentParser(dataclass_types=(configs.ModelArguments, configs.TrainingArguments))"),
+    ("import tuning.config.configs as configs", "transformers.HfArgumentParser([configs.ModelArguments, configs.TrainingArguments])"),
+    ("from .config import configs", "transformers.HfArgumentParser(dataclass_types=[configs.ModelArguments, configs.TrainingArguments])"),
+    ("from .config.configs import ModelArguments, TrainingArguments", "transformers.HfArgumentParser((ModelArguments, TrainingArguments))"),
+    ("from tuning.config.configs import *", "transformers.HfArgumentParser((ModelArguments, TrainingArguments))"),
+])
+def test_dataclasses_of_another_project_module(tmp_path, imports, parser):
+    script = f"""
+    import transformers
+    {imports}
+
+    def main():
+        model_args, training_args = {parser}.parse_args_into_dataclasses()
+    """
+    files = {"tuning/__init__.py": "", "tuning/config/__init__.py": "", "tuning/config/configs.py": CONFIGS,
+             "tuning/sft.py": script}
+    env = _project_env(tmp_path, files, "tuning/sft.py",
+                       'torchrun tuning/sft.py --load_in_4bit True --fsdp "full_shard auto_wrap" --max_seq_length 8\n')
+    assert env is not None
+    assert _v(env, "model_args.load_in_4bit") == (True,)
+    assert _v(env, "training_args.max_seq_length") == (8,)
+    # the project's TrainingArguments subclasses transformers': the launch's --fsdp is a training fact
+    assert dict((k, v.values) for k, v in env.training)["fsdp"] == ("full_shard auto_wrap",)
+
+
+def test_a_star_import_does_not_bind_what_dunder_all_leaves_out(tmp_path):
+    script = """
+    from transformers import HfArgumentParser
+    from configs import *
+
+    (hidden,) = HfArgumentParser(_Hidden).parse_args_into_dataclasses()
+    (model_args,) = HfArgumentParser(ModelArguments).parse_args_into_dataclasses()
+    """
+    env = _project_env(tmp_path, {"configs.py": CONFIGS, "sft.py": script}, "sft.py")
+    assert _v(env, "model_args.load_in_4bit") == (False,)  # exported: its default is read
+    # _Hidden is not in __all__, so the star import does not bind it: its default (True) is not the script's
+    assert _v(env, "hidden.load_in_4bit") == (UNKNOWN,)

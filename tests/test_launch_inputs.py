@@ -265,3 +265,59 @@ def test_a_helpers_assignment_in_a_branch_the_launch_takes_is_its_value(tmp_path
 def test_a_helpers_branch_the_launch_does_not_take_stays_silent(tmp_path, monkeypatch):
     _write(tmp_path, {**DEVICE_MAP_TREE, "run.sh": "accelerate launch --config_file fsdp.yaml train.py\n"})
     assert _errors(_lint(tmp_path, monkeypatch, *PINNED)) == []
+
+
+# A package whose TrainingArguments subclass lives in `pkg/config/configs.py`, reached as `configs.X` and given
+# to the parser as `dataclass_types=`; a callback saves the adapter with save_pretrained in on_save.
+CALLBACK_TREE = {
+    "pkg/__init__.py": "",
+    "pkg/config/__init__.py": "",
+    "pkg/config/configs.py": """
+        from dataclasses import dataclass, field
+        import transformers
+
+
+        @dataclass
+        class ModelArguments:
+            model_name_or_path: str = field(default="m")
+
+
+        @dataclass
+        class TrainingArguments(transformers.TrainingArguments):
+            max_seq_length: int = field(default=1024)
+        """,
+    "pkg/sft.py": """
+        import transformers
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, Trainer, TrainerCallback
+        from pkg.config import configs
+
+
+        class SaveAdapter(TrainerCallback):
+            def on_save(self, args, state, control, **kwargs):
+                kwargs["model"].save_pretrained(f"{args.output_dir}/adapter-{state.global_step}")
+
+
+        def main():
+            parser = transformers.HfArgumentParser(dataclass_types=(configs.ModelArguments, configs.TrainingArguments))
+            model_args, training_args = parser.parse_args_into_dataclasses()
+            model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+            Trainer(model=model, args=training_args, callbacks=[SaveAdapter()]).train()
+
+
+        if __name__ == "__main__":
+            main()
+        """,
+    "fsdp.json": '{"fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_use_orig_params": "true"}\n',
+}
+
+
+def test_the_launch_reaches_training_arguments_defined_in_another_module(tmp_path, monkeypatch):
+    _write(tmp_path, CALLBACK_TREE)
+    launch = 'torchrun --nproc_per_node 8 pkg/sft.py --fsdp "full_shard auto_wrap" --fsdp_config fsdp.json'
+    found = _errors(_lint(tmp_path, monkeypatch, *PINNED, "--launch", launch), "FSDP402")
+    assert [(f["filename"], f["location"]["row"]) for f in found] == [("pkg/sft.py", 9)], found
+    # The same job launched without --fsdp: one process, nothing sharded, nothing to report.
+    plain = _lint(tmp_path, monkeypatch, *PINNED, "--launch", "torchrun --nproc_per_node 1 pkg/sft.py")
+    assert not _errors(plain, "FSDP402")

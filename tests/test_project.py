@@ -139,6 +139,112 @@ def test_a_script_without_trigger_words_is_linted_through_its_imports(project):
     assert run(project, "--no-project", "train.py") == []
 
 
+# -- star imports ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["sibling", "relative", "package"])
+def test_names_bound_by_a_star_import_reach_the_module_that_defines_them(project, layout):
+    # `from utils import *` is how many example scripts reach their helpers: they are inlined as if
+    # imported by name, from a sibling module, a relative one, or a package whose __init__ star-re-exports.
+    imports = {
+        "sibling": "from model_utils import *\n    from fsdp import *",
+        "relative": "from .model_utils import *\n    from .fsdp import *",
+        "package": "from pkg import *",
+    }[layout]
+    init = "from .model_utils import *\nfrom .fsdp import *\n" if layout == "package" else ""
+    base = "" if layout == "package" else "pkg/"
+    write(project, {"pkg/__init__.py": init, "pkg/model_utils.py": LOAD, "pkg/fsdp.py": WRAP,
+                    f"{base}train.py": TRAIN.format(imports=imports, load="load_model", wrap="setup_fsdp")})
+    found = run(project, f"{base}train.py")
+    assert {"FSDP501", "FSDP005"} <= set(codes(found)), found
+    assert {f["filename"] for f in found} == {f"{base}train.py"}
+    alone = run(project, "--no-project", f"{base}train.py")
+    assert "FSDP501" not in codes(alone) and "FSDP005" not in codes(alone)
+
+
+def test_star_import_binds_what_dunder_all_lists_else_the_public_names(project):
+    listed = "__all__ = ['other']\n" + textwrap.dedent(LOAD) + "\n\ndef other():\n    return None\n"
+    private = textwrap.dedent(LOAD).replace("def load_model", "def _load_model")
+    write(project, {"listed.py": listed, "private.py": private, "plain.py": LOAD})
+    p = Project(project.resolve())
+    importer = (project / "train.py").resolve()
+
+    def star(module, name):
+        return p.resolve(importer, [["*", module, "*", 0]], name)
+
+    assert star("plain", "load_model") == ((project / "plain.py").resolve(), "load_model")
+    assert star("listed", "load_model") is None  # defined there, but `import *` does not bind it
+    assert star("listed", "other") == ((project / "listed.py").resolve(), "other")
+    assert star("private", "_load_model") is None
+    # An explicit import of the same name, later or earlier, wins over the star import.
+    assert p.resolve(importer, [["*", "plain", "*", 0], ["load_model", "private", "_load_model", 0]],
+                     "load_model") == ((project / "private.py").resolve(), "_load_model")
+
+
+def test_dunder_all_is_read_when_literal():
+    assert fact_sheet("__all__ = ['a', 'b']\n__all__ += ('c',)\n__all__.append('d')\n")["all"] == ["a", "b", "c", "d"]
+    assert "all" not in fact_sheet("def a():\n    pass\n")
+    # Built at run time: unknown, so every public name counts.
+    assert "all" not in fact_sheet("from .x import __all__ as _x\n__all__ = _x + ['a']\n")
+
+
+def test_a_script_reaching_its_helpers_only_by_star_import_is_linted(project):
+    # No trigger word in train.py, and no name to follow but the star import: the prefilter must still
+    # let the project view read model_utils.py and fsdp.py.
+    write(project, {"model_utils.py": LOAD, "fsdp.py": WRAP, "train.py": """
+        from model_utils import *
+        from fsdp import *
+
+        model = setup_fsdp(load_model("x"))
+    """})
+    assert "FSDP003" in codes(run(project, "train.py"))
+    assert run(project, "--no-project", "train.py") == []
+
+
+COMMON = """
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    {all}
+
+    def seed(n):
+        torch.manual_seed(n)
+"""
+STAR_TRAIN = """
+    from transformers import AutoModelForCausalLM
+    from common import *
+
+    model = AutoModelForCausalLM.from_pretrained("m")
+    model = FSDP(model)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+"""
+
+
+def test_library_names_a_star_imported_module_imports_are_the_library_here_too(project):
+    # common.py imports torch and FSDP; `from common import *` binds them in train.py as well.
+    write(project, {"common.py": COMMON.format(all=""), "train.py": STAR_TRAIN})
+    assert {"FSDP003", "FSDP501"} <= set(codes(run(project, "train.py")))
+    # With `__all__` listing only `seed`, the star import binds neither name: the calls stay unknown.
+    write(project, {"common.py": COMMON.format(all="__all__ = ['seed']")})
+    assert not {"FSDP003", "FSDP501"} & set(codes(run(project, "train.py")))
+    # A definition of the script's own shadows the star-imported name.
+    write(project, {"common.py": COMMON.format(all=""),
+                    "train.py": STAR_TRAIN + "\n\ndef FSDP(model):\n    return model\n"})
+    assert "FSDP003" not in codes(run(project, "train.py"))
+
+
+def test_star_imports_that_import_each_other_stay_bounded(project):
+    write(project, {"a.py": "from b import *\n", "b.py": "from a import *\n", "train.py": """
+        import torch
+        from a import *
+
+        model = build(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    """})
+    found = run(project, "train.py")
+    assert all(f["code"] not in ("FSDP900", "FSDP901") for f in found), found
+    assert Project(project.resolve()).resolve((project / "train.py").resolve(), [["*", "a", "*", 0]], "build") is None
+
+
 # -- summaries applied at call sites ------------------------------------------------------------------
 
 

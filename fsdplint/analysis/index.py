@@ -11,6 +11,7 @@ the same file. Library packages never resolve into the project, even when the pr
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import re
 from collections import OrderedDict
@@ -30,9 +31,11 @@ LIBRARIES = frozenset({
     "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
     "safetensors", "huggingface_hub", "torchtune", "torchao", "lightning", "pytorch_lightning",
 })
-SHEET_VERSION = 5
+SHEET_VERSION = 6
+STAR = "*"  # an import entry `[STAR, module, STAR, level]`: `from module import *`
 _MAX_FILE_BYTES = 2_000_000
 _MAX_MODULES = 128  # parsed modules kept per process (libcst trees are large)
+_BUILTINS = frozenset(dir(builtins))  # never looked up through a star import
 _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
 _WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
 
@@ -108,8 +111,8 @@ def fact_sheet(text: str) -> dict:
                     sheet["imports"].append([local, a.name if a.asname else local, None, 0])
             elif isinstance(node, ast.ImportFrom):
                 for a in node.names:
-                    if a.name != "*":
-                        sheet["imports"].append([a.asname or a.name, node.module or "", a.name, node.level])
+                    local = STAR if a.name == "*" else a.asname or a.name
+                    sheet["imports"].append([local, node.module or "", a.name, node.level])
             elif isinstance(node, (ast.If, ast.Try)):  # `try: from x import y` / `if TYPE_CHECKING:`
                 imports(node.body)
                 for h in getattr(node, "handlers", ()):
@@ -117,6 +120,9 @@ def fact_sheet(text: str) -> dict:
                 imports(node.orelse)
 
     imports(tree.body)
+    public = dunder_all(tree.body)
+    if public is not None:
+        sheet["all"] = public
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             sheet["functions"][node.name] = _function_sheet(node, lines)
@@ -128,6 +134,41 @@ def fact_sheet(text: str) -> dict:
                                            "bases": [d for b in node.bases for d in [_dotted(b)] if d],
                                            "methods": methods}
     return sheet
+
+
+def dunder_all(stmts) -> Optional[list]:
+    """The names a literal module-level `__all__` lists (`=`, `+=`, `.extend`/`.append`); None when the
+    module has none or builds it in a way a parse cannot read (then every public name counts)."""
+    names: Optional[list] = None
+
+    def strings(node) -> Optional[list]:
+        if isinstance(node, (ast.List, ast.Tuple)) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            return [e.value for e in node.elts]
+        return None
+
+    for node in stmts:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value, add = node.targets[0], node.value, False
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            target, value, add = node.target, node.value, isinstance(node, ast.AugAssign)
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+              and _dotted(node.value.func) in ("__all__.extend", "__all__.append") and node.value.args):
+            arg = node.value.args[0]
+            more = strings(arg) if node.value.func.attr == "extend" else (
+                [arg.value] if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None)
+            if more is None or names is None:
+                return None
+            names += more
+            continue
+        if not (isinstance(target, ast.Name) and target.id == "__all__"):
+            continue
+        found = strings(value)
+        if found is None or (add and names is None):
+            return None
+        names = (names if add else []) + found
+    return names
 
 
 @dataclass
@@ -174,6 +215,7 @@ class Project:
         self._touch: dict[tuple, bool] = {}
         self._classes: dict[tuple, Optional[tuple]] = {}  # (importer, version, name, own) -> (file, class)
         self._resolved: dict[tuple, tuple] = {}  # (importer, name) -> (the import list asked with, result)
+        self._stars: dict[tuple, Optional[tuple]] = {}  # (module, name, stamp) -> what its star import binds
         self._partial_of: dict[tuple, str] = {}  # (path, kept definitions) -> the text it was cut from
         self._first_part: dict[Path, frozenset] = {}  # path -> the definitions its first partial parse kept
 
@@ -307,7 +349,62 @@ class Project:
             if target is None:
                 return None
             return self._in_file(target, f"{attr}.{rest}" if rest else attr, depth + 1)
+        if head in _BUILTINS:
+            return None
+        for local, module, attr, level in reversed(imports):  # `from module import *`: its public names
+            if local == STAR:
+                target = self.find_module(importer, module, level)
+                if target is not None and target != importer and self.exports(target, head):
+                    found = self._through_star(target, name, depth)
+                    if found is not None:
+                        return found
         return None
+
+    def _through_star(self, target: Path, name: str, depth: int) -> Optional[tuple[Path, str]]:
+        # Memoised per module and name: a package `__init__` star-importing its submodules is asked about
+        # every unknown name of every importer.
+        key = (target, name, self._stamp(target))
+        if key not in self._stars:
+            self._stars[key] = None  # recursion guard
+            self._stars[key] = self._in_file(target, name, depth + 1)
+        return self._stars[key]
+
+    def exports(self, path: Path, name: str) -> bool:
+        """Whether `from <module at path> import *` binds `name`: listed in its `__all__`, or, without one,
+        public (no leading underscore). Read off the module's fact sheet: nothing is parsed per importer."""
+        public = self.sheet(path).get("all")
+        return name in public if public is not None else not name.startswith("_")
+
+    def star_library_names(self, importer: Path, imports: list) -> dict[str, str]:
+        """Library names a file's star imports of project modules bind (`from common import *` where
+        common.py imports torch and FSDP): local name -> qualified name, for the resolver."""
+        out: dict[str, str] = {}
+        for local, module, attr, level in imports:
+            if local == STAR:
+                target = self.find_module(importer, module, level)
+                if target is not None and target != importer:
+                    for name, qual in self._library_exports(target, 0).items():
+                        out.setdefault(name, qual)
+        return out
+
+    def _library_exports(self, path: Path, depth: int) -> dict[str, str]:
+        sheet = self.sheet(path)  # (re-)reads the file first: the key's stamp is its current one
+        key = ("lib", path, self._stamp(path))
+        if key in self._stars:
+            return self._stars[key] or {}
+        self._stars[key] = None  # recursion guard
+        out: dict[str, str] = {}
+        for local, module, attr, level in sheet["imports"]:
+            if local == STAR:
+                target = self.find_module(path, module, level) if depth < 3 else None
+                if target is not None and target != path:
+                    for name, qual in self._library_exports(target, depth + 1).items():
+                        if self.exports(path, name):
+                            out.setdefault(name, qual)
+            elif not level and self.exports(path, local) and self.find_module(path, module, 0) is None:
+                out.setdefault(local, f"{module}.{attr}" if attr is not None else module)
+        self._stars[key] = out
+        return out
 
     def _resolve_dotted(self, importer: Path, full: str, depth: int) -> Optional[tuple[Path, str]]:
         parts = full.split(".")
@@ -427,6 +524,12 @@ class Project:
     def imports_touching(self, importer: Path, imports: list) -> bool:
         """Whether a file that names no model operation itself imports a project function that does."""
         for local, module, attr, level in imports:
+            if local == STAR:  # `from utils import *`: any function it exports
+                target = self.find_module(importer, module, level)
+                if target is not None and target != importer and any(
+                        self.exports(target, f) and self.touches(target, f) for f in self.sheet(target)["functions"]):
+                    return True
+                continue
             if attr is None:  # `import utils`: any function of it
                 target = self.find_module(importer, module, 0)
                 if target is not None and any(self.touches(target, f) for f in self.sheet(target)["functions"]):
@@ -520,7 +623,7 @@ class Project:
         return "".join(lines)
 
 _IMPORT_LINE = re.compile(
-    r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w., \t]+)|import[ \t]+([\w., \t]+))", re.M)
+    r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\*|\(?[\w., \t]+)|import[ \t]+([\w., \t]+))", re.M)
 
 
 def quick_imports(text: str) -> list:
@@ -529,7 +632,7 @@ def quick_imports(text: str) -> list:
     out = []
     for m in _IMPORT_LINE.finditer(text):
         dots, module, names, plain = m.groups()
-        for part in (names or plain or "").split(","):
+        for part in (names or plain or "").strip("(").split(","):
             words = part.split()
             if not words:
                 continue
@@ -548,9 +651,12 @@ def local_imports(collector) -> list:
         mod, dot, attr = qual.rpartition(".")
         out.append([local, mod, attr, 0] if dot else [local, qual, None, 0])
     for node, _ in collector.import_froms:
-        if not node.relative or isinstance(node.names, cst.ImportStar):
-            continue
         mod = _cst_dotted(node.module) if node.module is not None else ""
+        if isinstance(node.names, cst.ImportStar):
+            out.append([STAR, mod, STAR, len(node.relative)])
+            continue
+        if not node.relative:
+            continue
         for a in node.names:
             name = a.name.value if isinstance(a.name, cst.Name) else (_cst_dotted(a.name) or "")
             local = a.asname.name.value if a.asname is not None and isinstance(a.asname.name, cst.Name) else name

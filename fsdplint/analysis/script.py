@@ -13,6 +13,7 @@ from fsdplint.analysis.paths import Paths
 from fsdplint.analysis.records import Event
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.analysis.values import Values
+from fsdplint.apis import api_of
 from fsdplint.collect import Call, Collector, Scope, collect
 
 
@@ -59,9 +60,46 @@ class ScriptAnalysis(Values, Paths, Builder):
         self.path = path.resolve() if path is not None else None
         # Parsed command-line arguments' values (fsdplint.arguments.ArgEnv): code they rule out is left out.
         self.env = env
+        if project is not None and self.path is not None:
+            self._qualify_through_stars()
         self._init_build_state()
         self._dead: set[int] = self._dead_items() if env is not None else set()
         self._build()
+
+    def _qualify_through_stars(self) -> None:
+        """`from common import *` where common.py imports torch or FSDP: those names are the library's here
+        too, so calls through them are API calls (the collector, which sees one file, left them unknown)."""
+        from fsdplint.analysis.index import STAR, local_imports
+
+        # A collector reused from an earlier analysis (a long-lived process) first drops what that one added:
+        # the star-imported module may have changed since.
+        added = self.c.__dict__.pop("_star_added", None)
+        if added is not None:
+            names, calls = added
+            for k in names:
+                self.resolver.names.pop(k, None)
+            for call in calls:
+                call.qualname, call.api = None, None
+        imports = [i for i in local_imports(self.c) if i[0] == STAR]
+        if not imports:
+            return
+        try:
+            names = self.project.star_library_names(self.path, imports)
+        except (OSError, RecursionError):
+            return
+        own = set(self.c.functions) | set(self.c.class_bases)  # the file's own definitions shadow them
+        fresh = {k: v for k, v in names.items() if k not in self.resolver.names and k not in own}
+        if not fresh:
+            return
+        self.resolver.names.update(fresh)
+        changed = []
+        for call in self.c.calls:
+            head = (call.func or "").partition(".")[0]
+            if call.qualname is None and head in fresh:
+                call.qualname = self.resolver.qualify(call.node.func)
+                call.api = api_of(call.qualname)
+                changed.append(call)
+        self.c.__dict__["_star_added"] = (list(fresh), changed)
 
     # -- facts over the whole file -------------------------------------------------
     @property
