@@ -77,7 +77,7 @@ class ScriptAnalysis(Values, Paths, Builder):
         if added is not None:
             names, calls = added
             for k in names:
-                self.resolver.names.pop(k, None)
+                self.c.resolver.names.pop(k, None)
             for call in calls:
                 call.qualname, call.api = None, None
         imports = [i for i in local_imports(self.c) if i[0] == STAR]
@@ -88,15 +88,15 @@ class ScriptAnalysis(Values, Paths, Builder):
         except (OSError, RecursionError):
             return
         own = set(self.c.functions) | set(self.c.class_bases)  # the file's own definitions shadow them
-        fresh = {k: v for k, v in names.items() if k not in self.resolver.names and k not in own}
+        fresh = {k: v for k, v in names.items() if k not in self.c.resolver.names and k not in own}
         if not fresh:
             return
-        self.resolver.names.update(fresh)
+        self.c.resolver.names.update(fresh)
         changed = []
         for call in self.c.calls:
             head = (call.func or "").partition(".")[0]
             if call.qualname is None and head in fresh:
-                call.qualname = self.resolver.qualify(call.node.func)
+                call.qualname = self.c.resolver.qualify(call.node.func)
                 call.api = api_of(call.qualname)
                 changed.append(call)
         self.c.__dict__["_star_added"] = (list(fresh), changed)
