@@ -118,7 +118,10 @@ class LintContext:
                                            or launch.launcher != "accelerate"):
                 # The environment the launcher exports (accelerate launch's own FSDP config replaces it).
                 yaml_facts = env_launch.merged(yaml_facts) if yaml_facts is not None else env_launch
-        if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True):
+        if yaml_facts is None and self.path is not None and self.options.get("discover_launch", True) and (
+                launch is None or launch.launcher == "accelerate"):
+            # (Under a launch that names no FSDP config: `accelerate launch` without --config_file may still
+            # mean the project's config; `python train.py` and `torchrun` never read one.)
             yaml_facts = launch_mod.find_accelerate_config(self.path)
             if yaml_facts is None:
                 from fsdplint.toolconfigs.jobs import launcher_config

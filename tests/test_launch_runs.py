@@ -320,3 +320,33 @@ def test_device_map_set_on_a_path_of_unknown_options_is_a_warning(tmp_path):
     script = _project(tmp_path, src)
     (f,) = _codes(_run([str(script)]), "FSDP009")
     assert f["severity"] == "warning" and "(when args.load_in_4bit)" in f["message"]
+
+
+DEVICE_MAP_UNDER_FLAG = """\
+import argparse
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_4bit", action="store_true")
+args = parser.parse_args()
+device_map = None
+if args.use_4bit:
+    device_map = "auto"
+model = AutoModelForCausalLM.from_pretrained("m", device_map=device_map)
+Trainer(model=model, args=TrainingArguments("out")).train()
+"""
+FSDP_YAML = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+
+
+@pytest.mark.parametrize("fsdp_launch_flags, expected", [("", 0), (" --use_4bit", 1)])
+def test_a_plain_python_launch_does_not_borrow_another_launchers_fsdp_config(tmp_path, fsdp_launch_flags, expected):
+    """`python train.py --use_4bit` is one process without FSDP; the FSDP config belongs to the accelerate
+    launcher of the same script, which passes the 4-bit flag only in the second variant."""
+    script = _project(tmp_path, DEVICE_MAP_UNDER_FLAG, {
+        "run_single.sh": "python train.py --use_4bit\n",
+        "run_fsdp.sh": f"accelerate launch --config_file configs/fsdp.yaml train.py{fsdp_launch_flags}\n",
+        "configs/fsdp.yaml": FSDP_YAML,
+    })
+    found = _codes(_run([str(script)]), "FSDP009")
+    assert len(found) == expected, found
+    assert all("run_fsdp.sh" in f["message"] for f in found)
