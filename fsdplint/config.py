@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -97,13 +98,15 @@ class Config:
         return chosen
 
     def is_excluded(self, path: Path) -> bool:
-        return any(_glob_matches(p, path, self.root) for p in (*self.exclude, *self.extend_exclude))
+        parts = _rel_parts(path, self.root)  # once per path, not once per pattern (discovery walks every file)
+        return any(_glob_matches(p, path, self.root, parts) for p in (*self.exclude, *self.extend_exclude))
 
     def ignored_for(self, path: Path) -> set[str]:
         """Codes/prefixes that `per-file-ignores` switches off for `path`."""
         out: set[str] = set()
+        parts = _rel_parts(path, self.root) if self.per_file_ignores else ()
         for pattern, codes in self.per_file_ignores.items():
-            if _glob_matches(pattern, path, self.root):
+            if _glob_matches(pattern, path, self.root, parts):
                 out.update(c.upper() for c in codes)
         return out
 
@@ -129,6 +132,7 @@ def _code_matches(code: str, selector: str) -> bool:
 
 # --- globs ---------------------------------------------------------------
 
+@lru_cache(maxsize=1024)
 def _glob_to_regex(pattern: str) -> re.Pattern:
     out, i = [], 0
     while i < len(pattern):
@@ -161,16 +165,23 @@ def _glob_to_regex(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
-def _glob_matches(pattern: str, path: Path, root: Optional[Path]) -> bool:
-    pattern = pattern.replace("\\", "/").rstrip("/")
+def _rel_parts(path: Path, root: Optional[Path]) -> tuple:
+    """The parts of `path` that patterns match: relative to `root` (else to the working directory); just
+    the name for a path outside it."""
     path = Path(path).absolute()
     if root is not None:
         try:
-            rel_parts = path.relative_to(Path(root).absolute()).parts
+            return path.relative_to(Path(root).absolute()).parts
         except ValueError:
-            rel_parts = path.parts[-1:]
-    else:
-        rel_parts = path.relative_to(Path.cwd()).parts if path.is_relative_to(Path.cwd()) else path.parts[-1:]
+            return path.parts[-1:]
+    cwd = Path.cwd()
+    return path.relative_to(cwd).parts if path.is_relative_to(cwd) else path.parts[-1:]
+
+
+def _glob_matches(pattern: str, path: Path, root: Optional[Path], rel_parts: Optional[tuple] = None) -> bool:
+    pattern = pattern.replace("\\", "/").rstrip("/")
+    if rel_parts is None:
+        rel_parts = _rel_parts(path, root)
     if not pattern:
         return False
     rx = _glob_to_regex(pattern.removeprefix("./"))

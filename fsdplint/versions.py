@@ -142,15 +142,29 @@ def _read(path: Path) -> str:
         return ""
 
 
+_TOMLS: dict[Path, tuple] = {}  # path -> ((mtime, size), tables): every linted file asks again
+
+
 def _toml(path: Path) -> dict:
-    """A pyproject.toml's tables; a broken one declares nothing (the config loader reports it)."""
+    """A pyproject.toml's tables (read only); a broken one declares nothing (the config loader reports it)."""
     from fsdplint.errors import UsageError
     from fsdplint.toml_io import read_toml
 
     try:
-        return read_toml(path)
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    hit = _TOMLS.get(path)
+    if hit is not None and stamp is not None and hit[0] == stamp:
+        return hit[1]
+    try:
+        data = read_toml(path)
     except UsageError:
-        return {}
+        data = {}
+    if stamp is not None:
+        _TOMLS[path] = (stamp, data)
+    return data
 
 
 def _lock_version(path: Path, package: str) -> Optional[Version]:

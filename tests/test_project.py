@@ -463,6 +463,26 @@ def test_cache_hit_and_invalidation(split):
     assert "FSDP501" in codes(first) and "FSDP501" not in codes(after)
 
 
+
+def test_a_helper_changed_between_two_lints_in_one_process(split):
+    """A long-lived process (an editor, a watcher): the second lint reads the helper's new text, not the
+    parse of the old one that the first lint made."""
+    assert "FSDP501" in codes(run(split, "train.py", cache=False))
+    (split / "fsdp.py").write_text((split / "fsdp.py").read_text().replace("FSDP(model, use_orig_params=True)", "model"))
+    assert "FSDP501" not in codes(run(split, "train.py", cache=False))
+
+
+def test_every_script_of_a_large_project_sees_the_helpers_it_calls(project):
+    """More linted files than the parses kept per process: the helpers' findings reach each caller alike."""
+    files = {"model_utils.py": LOAD, "fsdp.py": WRAP}
+    for i in range(140):
+        files[f"train_{i:03}.py"] = TRAIN.format(imports="from model_utils import load_model\n    from fsdp import setup_fsdp",
+                                                 load="load_model", wrap="setup_fsdp")
+    write(project, files)
+    found = run(project, "--jobs", "1", ".", cache=False)
+    assert {f["filename"] for f in found if f["code"] == "FSDP501"} == {f"train_{i:03}.py" for i in range(140)}
+
+
 def test_no_cache_writes_nothing(split):
     run(split, "train.py", cache=False)
     assert not (split / "cache").exists() and not (split / ".fsdplint_cache").exists()

@@ -34,7 +34,10 @@ LIBRARIES = frozenset({
 SHEET_VERSION = 6
 STAR = "*"  # an import entry `[STAR, module, STAR, level]`: `from module import *`
 _MAX_FILE_BYTES = 2_000_000
-_MAX_MODULES = 128  # parsed modules kept per process (libcst trees are large)
+_MAX_MODULES = 128  # whole parsed modules kept per process (libcst trees are large)
+# Partial parses kept apart: every linted file's own parse joins the whole modules, and sharing one bound
+# let a run over a large repository evict (and parse again) the helpers many of its files call.
+_MAX_PARTS = 256
 _BUILTINS = frozenset(dir(builtins))  # never looked up through a star import
 _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
 _WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
@@ -212,6 +215,7 @@ class Project:
         self._by_path: dict[Path, tuple] = {}  # path -> ((mtime, size), fact sheet)
         self._files: dict[tuple, Optional[Path]] = {}
         self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
+        self._parts: "OrderedDict[tuple, Optional[ForeignModule]]" = OrderedDict()  # (path, kept) -> part
         self._touch: dict[tuple, bool] = {}
         self._classes: dict[tuple, Optional[tuple]] = {}  # (importer, version, name, own) -> (file, class)
         self._resolved: dict[tuple, tuple] = {}  # (importer, name) -> (the import list asked with, result)
@@ -549,14 +553,24 @@ class Project:
         """The parse of this exact text of the file, if another file's analysis already made it."""
         if path is None:
             return None
-        fm = self._modules.get(path.resolve())
-        return fm if fm is not None and fm.text == text else None
+        return self._whole(path.resolve(), text)
 
-    def _store(self, path: Path, fm: Optional[ForeignModule]) -> None:
-        self._modules[path] = fm
-        self._modules.move_to_end(path)
-        while len(self._modules) > _MAX_MODULES:
-            self._modules.popitem(last=False)
+    def _whole(self, path: Path, text: str) -> Optional[ForeignModule]:
+        """A whole parse of this text of the file, if at hand: a linted file's own, or one that another
+        file's calls made (most recently used first)."""
+        for table, key in ((self._modules, path), (self._parts, (path, None))):
+            fm = table.get(key)
+            if fm is not None and fm.text == text:
+                table.move_to_end(key)
+                return fm
+        return None
+
+    def _store(self, path, fm: Optional[ForeignModule]) -> None:
+        table, bound = (self._parts, _MAX_PARTS) if isinstance(path, tuple) else (self._modules, _MAX_MODULES)
+        table[path] = fm
+        table.move_to_end(path)
+        while len(table) > bound:
+            table.popitem(last=False)
 
     def module(self, path: Path, need: Optional[str] = None) -> Optional[ForeignModule]:
         """The module parsed: whole when a linted file's parse is at hand, else only what `need` (a function
@@ -565,17 +579,16 @@ class Project:
         text = self.text(path)
         if text is None:
             return None
-        full = self._modules.get(path)
-        if full is not None and full.text == text:
-            self._modules.move_to_end(path)
+        full = self._whole(path, text)
+        if full is not None:
             return full
         keep = self._needed(path, need) if need is not None else None
         if keep is not None and self._first_part.get(path) not in (None, keep):
             keep = None  # a second part of the same module wanted: parse it whole, once, for every later call
         key = (path, keep)
-        fm = self._modules.get(key)
+        fm = self._parts.get(key)
         if fm is not None and fm.text is not None and self._partial_of.get(key) == text:
-            self._modules.move_to_end(key)
+            self._parts.move_to_end(key)
             return fm
         from fsdplint.collect import collect
 
@@ -588,7 +601,7 @@ class Project:
         self._partial_of[key] = text
         if keep is not None:
             self._first_part.setdefault(path, keep)
-        self._store(key if keep is not None else path, fm)
+        self._store(key, fm)  # apart from the linted files' own parses, which would soon evict it
         return fm
 
     def _needed(self, path: Path, qual: str) -> frozenset:

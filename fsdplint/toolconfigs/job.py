@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -88,7 +89,13 @@ class Job:
 
 
 def yaml_tree(text: str, filename: str):
-    """The YAML mapping node of `text`, or None (not YAML, not a mapping)."""
+    """The YAML mapping node of `text`, or None (not YAML, not a mapping). Composed once per text: discovery,
+    recognition and reading all ask for the same file's tree (callers only read it)."""
+    return _yaml_tree(text)
+
+
+@lru_cache(maxsize=16)
+def _yaml_tree(text: str):
     import yaml
 
     try:
