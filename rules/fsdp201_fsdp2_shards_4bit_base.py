@@ -4,7 +4,7 @@ from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
-from fsdplint.rules._quantization import storage_field, trl_4bit_configs
+from fsdplint.rules._quantization import library_4bit_configs
 
 
 YAML_FSDP2 = """\
@@ -232,7 +232,7 @@ class Fsdp2Shards4bitBase(Rule):
         a = ctx.analysis
         configs = [c for c in a.calls("BitsAndBytesConfig") if _true(a, c, "load_in_4bit")]
         loads = [c for c in a.calls("load_model") if _true(a, c, "load_in_4bit") or _uses_config(a, c, configs)]
-        lib_configs = trl_4bit_configs(ctx, a)  # get_quantization_config(model_args) with --load_in_4bit
+        lib_configs = library_4bit_configs(ctx, a)  # get_quantization_config(model_args) with --load_in_4bit
         if not configs and not loads and not lib_configs:
             return
         shards = [e for t in a.timelines for e in t.of("shard2")]
@@ -268,9 +268,8 @@ class Fsdp2Shards4bitBase(Rule):
                 why = (f"{acc_v.describe()} shards every Params4bit (it excludes none before 1.14, and from 1.14 "
                        "only integer storage), so their quant_state is lost")
             if where in lib_configs:
-                field = storage_field(ctx.version("trl"))
                 why += (f"; trl's get_quantization_config ({ctx.version('trl').describe()}) sets "
-                        f"bnb_4bit_quant_storage from model_args.{field} ({where.storage})")
+                        f"bnb_4bit_quant_storage from model_args.{where.field} ({where.storage})")
         else:
             why = (f"accelerate excludes 4-bit weights from FSDP2 only from accelerate 1.14 on torch >= 2.7, and "
                    f"the target is {acc_v.describe()}, {torch_v.describe()}")

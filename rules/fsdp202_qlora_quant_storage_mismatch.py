@@ -1,7 +1,6 @@
 import libcst as cst
 
 from fsdplint import behaviour
-from fsdplint.apis import RETURNED_CONFIGS
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Applicability, Severity
@@ -9,6 +8,7 @@ from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
+from fsdplint.rules._quantization import library_4bit_configs
 
 
 class QloraQuantStorageMismatch(Rule):
@@ -456,39 +456,18 @@ class QloraQuantStorageMismatch(Rule):
     def _check_returned(self, ctx, a) -> None:
         """A library function that builds the 4-bit config (apis.RETURNED_CONFIGS, e.g. trl's
         get_quantization_config): its storage field on the target release of that library."""
-        for api, (kind, fields, by_version) in RETURNED_CONFIGS.items():
-            if kind != "BitsAndBytesConfig":
-                continue
-            for call in a.calls(api):
-                if not a.fsdp1_at(call):
-                    continue
-                source = dotted(call.arg(0, "model_args") or call.arg(0, "model_config"))
-                if source is None:
-                    continue
-
-                def field(spec):
-                    if spec[0] == "absent":
-                        return None
-                    return a.value(cst.parse_expression(f"{source}.{spec[1]}"), call.scope)
-
-                if field(fields["load_in_4bit"]) is not True:
-                    continue
-                chosen = next(((key, f) for key, f in by_version
-                               if behaviour.holds(key, ctx.version(behaviour.BEHAVIOURS[key].package))), None)
-                if chosen is None:
-                    continue  # the release is unknown: which storage it sets cannot be told
-                key, f = chosen
-                if field(f["bnb_4bit_quant_storage"]) is not None:
-                    continue
-                b = behaviour.BEHAVIOURS[key]
-                ctx.report(
-                    call.node,
-                    f"{ctx.code(call.node.func)}() of {ctx.version(b.package).describe()} builds the 4-bit config "
-                    "without bnb_4bit_quant_storage, so the weights are stored as uint8 and FSDP1 cannot flatten "
-                    "integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). Pass "
-                    "quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=<the dtype the "
-                    "model is loaded with>).",
-                )
+        for q in library_4bit_configs(ctx, a):
+            if q.behaviour is None or q.storage is not None or not a.fsdp1_at(q.call):
+                continue  # (an unknown release: which storage it sets cannot be told)
+            b = behaviour.BEHAVIOURS[q.behaviour]
+            ctx.report(
+                q.node,
+                f"{ctx.code(q.node.func)}() of {ctx.version(b.package).describe()} builds the 4-bit config "
+                "without bnb_4bit_quant_storage, so the weights are stored as uint8 and FSDP1 cannot flatten "
+                "integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). Pass "
+                "quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=<the dtype the "
+                "model is loaded with>).",
+            )
 
     def _check_job(self, ctx, job) -> None:
         """An axolotl / LLaMA-Factory job: the storage the tool gives its 4-bit weights under FSDP1."""
