@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from fsdplint.roots import has_marker, linted_root
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 
@@ -762,7 +764,6 @@ _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "env", "node_modules", "__pycache_
               "dist", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _MAX_SHELL_FILES = 300
 _MAX_SHELL_BYTES = 512 * 1024
-_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _PARSED: dict[tuple, list[Launch]] = {}
 _FILES: dict[str, list[Path]] = {}
 _TEXTS: dict[tuple, str] = {}
@@ -773,16 +774,12 @@ def project_root(script: Path) -> Path:
     start = script.resolve().parent
     d = start
     for _ in range(8):
-        if any((d / m).exists() for m in _ROOT_MARKERS):
+        if has_marker(d):
             return d
         if d.parent == d:
             break
         d = d.parent
     return start
-
-
-def _has_marker(d: Path) -> bool:
-    return any((d / m).exists() for m in _ROOT_MARKERS)
 
 
 def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
@@ -842,20 +839,19 @@ def runs_script(launch: Launch, script: Path) -> bool:
     return any(w and tuple(parts[-len(w):]) == tuple(w) for w in want)
 
 
-def launches_for(script: Path, linted_root: Optional[str] = None) -> list[Launch]:
+def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
     """The launches in the project's shell scripts that run `script` (deepspeed jobs left out).
-    `linted_root`: the directory the user lints (`fsdplint check DIR`); with no project marker above the
+    `linted`: the directory the user lints (`fsdplint check DIR`); with no project marker above the
     script, a directory the user chose to lint as a whole is the project (its launch.sh may sit two levels
     above `scripts/fsdp/train.py`)."""
     try:
         root = project_root(script)
     except OSError:
         return []
-    depth = 4 if _has_marker(root) else 0
-    if not depth and linted_root:
-        lr = Path(linted_root).resolve()
-        if lr != root and lr in root.parents:
-            root, depth = lr, 4
+    depth = 4 if has_marker(root) else 0
+    lr = linted_root(root, linted) if not depth else None
+    if lr is not None and lr != root:
+        root, depth = lr, 4
     needle = script.stem if script.name != "__main__.py" else script.parent.name
     out = []
     # Outside a project (no pyproject.toml/setup.py/.git above, not under the linted directory): the script's

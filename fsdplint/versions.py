@@ -31,6 +31,8 @@ from typing import Mapping, Optional
 
 from packaging.version import InvalidVersion, Version
 
+from fsdplint.roots import has_marker, linted_root
+
 DEFAULTS = {
     "torch": "2.4",
     "peft": "0.13.0",
@@ -209,13 +211,6 @@ def _declared_in_dir(d: Path, package: str) -> Optional[tuple[Optional[Version],
     return None
 
 
-_ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
-
-
-def _is_root(d: Path) -> bool:
-    return any((d / m).exists() for m in _ROOT_MARKERS)
-
-
 def _is_fsdplint_itself(d: Path) -> bool:
     """fsdplint's own checkout: its requirements are the linter's, not its fixtures' or examples'."""
     p = d / "pyproject.toml"
@@ -233,7 +228,7 @@ def project_dirs(directory: Path, stop: Optional[Path] = None) -> tuple[Path, ..
     out = []
     for d in (directory, *directory.parents):
         out.append(d)
-        if _is_root(d):
+        if has_marker(d):
             if _is_fsdplint_itself(d):
                 return ()
             break
@@ -241,8 +236,9 @@ def project_dirs(directory: Path, stop: Optional[Path] = None) -> tuple[Path, ..
         # No project root above: the directories up to the linted one when it holds the file; else the
         # nearest directory declaring requirements ends the project (a checkout copied without `.git`:
         # `examples/x/run.sh` below the top's requirements.txt).
-        if stop is not None and (stop == directory or stop in directory.parents):
-            return tuple(d for d in (directory, *directory.parents) if d == stop or stop in d.parents)
+        top = linted_root(directory, stop)
+        if top is not None:
+            return tuple(d for d in (directory, *directory.parents) if d == top or top in d.parents)
         for k, d in enumerate(out[:8]):
             if any(d.glob("requirements*.txt")) or (d / "requirements").is_dir():
                 return tuple(out[:k + 1])

@@ -24,8 +24,8 @@ import libcst as cst
 
 from fsdplint.apis import QUALIFIED, SUMMARY_CALLS, SUMMARY_WORDS, TRIGGER_WORDS, api_of
 from fsdplint.findings import Related
+from fsdplint.roots import ROOT_MARKERS, find_root, linted_root  # noqa: F401  (re-exported)
 
-ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
 # Top-level packages that are libraries whatever the project holds (their behaviour is data in apis.py).
 LIBRARIES = frozenset({
     "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
@@ -41,15 +41,6 @@ _MAX_PARTS = 256
 _BUILTINS = frozenset(dir(builtins))  # never looked up through a star import
 _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
 _WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
-
-
-def find_root(path: Path) -> Optional[Path]:
-    """The nearest directory above `path` holding a project marker (pyproject.toml, setup.cfg, setup.py, .git)."""
-    d = path.resolve().parent if not path.is_dir() else path.resolve()
-    for p in (d, *d.parents):
-        if any((p / m).exists() for m in ROOT_MARKERS):
-            return p
-    return None
 
 
 def content_hash(text: str) -> str:
@@ -712,9 +703,8 @@ def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache
     try:
         d = path.parent.resolve()
         root = _ROOTS[d] if d in _ROOTS else _ROOTS.setdefault(d, find_root(path))
-        if root is None and linted_dir is not None:
-            base = Path(linted_dir).resolve()
-            root = base if d == base or base in d.parents else None
+        if root is None:
+            root = linted_root(d, linted_dir)
     except OSError:
         return None
     if root is None:
