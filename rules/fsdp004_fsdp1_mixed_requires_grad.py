@@ -20,7 +20,6 @@ _ACCELERATE_FSDP1 = (
     "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n"
     "  fsdp_use_orig_params: {orig}\n"
 )
-# accelerate's named policies that never give LoRA layers their own unit.
 # A model class that freezes one of its own submodules when it is built (no PEFT involved).
 _SELF_FROZEN = """
 import torch.nn as nn
@@ -42,6 +41,7 @@ class Net(nn.Module):
 net = Net()
 net = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({Layer}))
 """
+# accelerate's named policies that never give LoRA layers their own unit.
 _MIXING_LAUNCH_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 
 
