@@ -562,8 +562,10 @@ TORCHRUN_FLAGS = frozenset({"standalone", "no_python", "module", "m", "run_path"
 _ACCELERATE_KEPT = ("mixed_precision", "num_processes", "num_machines")
 _WRAPPERS = {"srun", "mpirun", "mpiexec", "env", "nohup", "time", "exec", "stdbuf", "numactl", "taskset", "nice",
              "ionice", "singularity", "apptainer", "xargs", "sudo", "timeout", "caffeinate"}
+# Two-word prefixes that run the command after them: environment runners, and ezpz's launcher (`ezpz launch
+# python3 -m pkg.train ...` starts the command on every rank through mpiexec/torchrun, ezpz docs/cli).
 _RUNNERS = {("uv", "run"), ("poetry", "run"), ("pixi", "run"), ("pipenv", "run"), ("conda", "run"),
-            ("hatch", "run"), ("rye", "run")}
+            ("hatch", "run"), ("rye", "run"), ("ezpz", "launch")}
 
 
 @dataclass

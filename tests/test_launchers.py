@@ -83,6 +83,14 @@ def test_wrappers_srun_sbatch_env_nohup():
     assert "use_fsdp" in got[3].options
 
 
+def test_ezpz_launch_runs_the_command_after_it():
+    (l,) = _launches("ezpz launch python3 -m pkg.examples.hf_trainer --model_name_or_path m --fsdp=auto_wrap\n")
+    assert (l.launcher, l.module, l.script) == ("python", "pkg.examples.hf_trainer", None)
+    assert _args(l) == ["--model_name_or_path", "m", "--fsdp=auto_wrap"]
+    # `ezpz` alone, or another sub-command, launches nothing
+    assert _launches("ezpz test --model small\n") == []
+
+
 def test_python_module_launchers():
     got = _launches(
         """\

@@ -212,3 +212,160 @@ def test_scorer_rejects_a_malformed_case_in_one_line(tmp_path):
 def test_scorer_rejects_unknown_only_ids(tmp_path):
     proc = _scorer("--only", "no-such-case", "--output", str(tmp_path / "r.md"), cwd=tmp_path)
     assert proc.returncode == 2 and "no-such-case" in proc.stderr
+
+
+# A LoRA model handed to accelerate: FSDP comes only from the launch config, and whether one unit may mix
+# frozen and trainable parameters (use_orig_params=True) depends on the torch version (FSDP004 on torch 2.0).
+LORA_PREPARE = textwrap.dedent(
+    """\
+    import torch
+    from accelerate import Accelerator
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    accelerator = Accelerator()
+    base = AutoModelForCausalLM.from_pretrained("facebook/opt-350m", torch_dtype=torch.float16)
+    model = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    """
+)
+ORIG_PARAMS_YAML = "distributed_type: FSDP\nmixed_precision: fp16\nfsdp_config:\n  fsdp_use_orig_params: true\n"
+NO_ORIG_PARAMS_YAML = "distributed_type: FSDP\nmixed_precision: fp16\n"
+
+
+def _case_toml(case_id: str, setup: str, extra: str = "") -> str:
+    return textwrap.dedent(
+        f"""\
+        id = "{case_id}"
+        title = "a LoRA model prepared by accelerate, FSDP from the reported launch"
+        source = ["https://example.org/report/{case_id}"]
+        expect = ["FSDP004"]
+        covered = true
+        shape = ["single-script"]
+        setup = "{setup}"
+        notes = "A small case used only to exercise the reported-setup fields of the scorer from the test suite."
+        """
+    ) + extra
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org",
+                               "HOME": str(repo), "PATH": "/usr/bin:/bin"}).stdout.strip()
+
+
+def test_scorer_scores_a_reported_setup_and_the_tree_as_it_stood(tmp_path):
+    bench = tmp_path / "bench"
+    # Handwritten: the launch config the report shows is a file of bug/, named in reported_files.
+    case = bench / "cases" / "lora-prepare-reported-config"
+    (case / "bug").mkdir(parents=True)
+    (case / "case.toml").write_text(_case_toml("lora-prepare-reported-config", "outside-python",
+                                               'reported_files = ["fsdp.yaml"]\n'))
+    (case / "bug" / "train.py").write_text(LORA_PREPARE)
+    (case / "bug" / "fsdp.yaml").write_text(NO_ORIG_PARAMS_YAML)
+    # Manifest: a repository without its launch; the launch line, an overlay and the torch version come
+    # from the report. Only the version makes the tree wrong (use_orig_params=True on torch 2.0).
+    repo = tmp_path / "repos" / "someone+proj"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "train.py").write_text(LORA_PREPARE)
+    (repo / "README.md").write_text("accelerate launch --config_file fsdp.yaml train.py\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "bug")
+    commit = _git(repo, "rev-parse", "HEAD")
+    overlay = bench / "reported" / "proj-lora"
+    overlay.mkdir(parents=True)
+    (overlay / "fsdp.yaml").write_text(ORIG_PARAMS_YAML)
+    (bench / "manifest.toml").write_text(
+        "[[case]]\n" + _case_toml("proj-lora", "outside-python", textwrap.dedent(
+            f"""\
+            repo = "someone/proj"
+            bug_commit = "{commit}"
+            paths = ["train.py"]
+            reported_launch = ["accelerate launch --config_file fsdp.yaml train.py"]
+            reported_paths = ["README.md"]
+            reported_overlay = "reported/proj-lora"
+            reported_versions = {{ torch = "2.0.1" }}
+            """))
+    )
+    out_json, out_md = tmp_path / "out.json", tmp_path / "results.md"
+    proc = _scorer("--bench", str(bench), "--repos", str(tmp_path / "repos"), "--json", str(out_json),
+                   "--output", str(out_md), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out_json.read_text())
+    rows = {r["id"]: r for r in report["cases"]}
+    hand, mani = rows["lora-prepare-reported-config"], rows["proj-lora"]
+    assert hand["reported_setup"] == ["files"]
+    assert hand["status"] == "caught" and hand["as_stood"]["status"] == "missed"
+    assert mani["reported_setup"] == ["launch", "paths", "overlay", "versions"]
+    assert mani["status"] == "caught" and mani["as_stood"]["status"] == "missed"
+    assert "FSDP004:error" in mani["found"] and not mani["as_stood"].get("found")
+    totals = report["totals"]
+    assert (totals["caught"], totals["covered"]) == (2, 2)
+    assert (totals["as_stood"]["caught"], totals["as_stood"]["covered"]) == (0, 2)
+    md = out_md.read_text()
+    assert "Recall as the trees stood" in md and "0/2" in md and "2/2" in md
+    assert "proj-lora (launch, paths, overlay, versions)" in md
+    # The case files were not touched: the as-stood pass removed the reported file from its own copy only.
+    assert (case / "bug" / "fsdp.yaml").is_file()
+
+
+def test_reported_overlay_never_replaces_a_repository_file(tmp_path):
+    bench = tmp_path / "bench"
+    repo = tmp_path / "repos" / "someone+proj"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "train.py").write_text(LORA_PREPARE)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "bug")
+    overlay = bench / "reported" / "proj-clash"
+    overlay.mkdir(parents=True)
+    (overlay / "train.py").write_text("print('not the reporter's script')\n")
+    (bench / "manifest.toml").write_text("[[case]]\n" + _case_toml("proj-clash", "python", textwrap.dedent(
+        f"""\
+        repo = "someone/proj"
+        bug_commit = "{_git(repo, 'rev-parse', 'HEAD')}"
+        paths = []
+        reported_overlay = "reported/proj-clash"
+        """)))
+    out_json = tmp_path / "out.json"
+    proc = _scorer("--bench", str(bench), "--repos", str(tmp_path / "repos"), "--json", str(out_json),
+                   "--output", str(tmp_path / "r.md"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out_json.read_text())["cases"]
+    assert row["status"] == "error" and "would replace a file of the repository" in row["reason"]
+
+
+def test_malformed_reported_fields_are_rejected_in_one_line(tmp_path):
+    bench = tmp_path / "bench"
+    case = bench / "cases" / "bad-reported"
+    (case / "bug").mkdir(parents=True)
+    (case / "bug" / "train.py").write_text(LORA_PREPARE)
+    for extra, message in (
+        ('reported_files = ["fsdp.yaml"]\n', "which bug/ does not hold"),
+        ('reported_paths = ["launch"]\n', "reported_paths is for manifest cases"),
+        ('reported_launch = "accelerate launch train.py"\n', "reported_launch must be a non-empty list"),
+        ('reported_versions = { torch = 2 }\n', "reported_versions must be a table"),
+    ):
+        (case / "case.toml").write_text(_case_toml("bad-reported", "python", extra))
+        proc = _scorer("--bench", str(bench), cwd=tmp_path)
+        assert proc.returncode == 2, extra
+        assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_reported_fields_name_what_the_benchmark_holds():
+    """Every `reported_*` field of the real cases is well-formed, and the overlays they name exist."""
+    for case_dir, case in _handwritten():
+        for name in case.get("reported_files", []):
+            for tree in ("bug", "fixed"):
+                if (case_dir / tree).is_dir():
+                    assert (case_dir / tree / name).is_file(), f"{case_dir.name}: {tree}/{name}"
+        assert "reported_overlay" not in case and "reported_paths" not in case, case_dir.name
+    for manifest, case in _manifest():
+        assert "reported_files" not in case, case["id"]
+        if "reported_overlay" in case:
+            assert (manifest.parent / case["reported_overlay"]).is_dir(), case["id"]
+        for cmd in case.get("reported_launch", []):
+            assert isinstance(cmd, str) and cmd.strip(), case["id"]

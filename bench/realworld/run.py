@@ -7,7 +7,9 @@ Cases are `cases/<id>/case.toml` (+ `bug/`, optional `fixed/`) and `[[case]]` en
 `manifest*.toml` (a public repository at the commit before a fix, extracted from a local bare clone
 found in `--repos DIR/owner+name`). Each tree is copied to a fresh temporary directory and linted
 there with the `fsdplint` command line (never imported), so nothing around the benchmark — this
-repository's own pyproject.toml or config — leaks into the verdict. Standard library only.
+repository's own pyproject.toml or config — leaks into the verdict. A case that carries the setup its
+report states (`reported_*` fields: the launch line, the launch files, the library versions) is scored
+twice: as the tree stood without them, and with them; both recalls are printed. Standard library only.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ except ImportError:  # Python 3.10
 HERE = Path(__file__).resolve().parent
 FIELDS = ("id", "title", "source", "expect", "covered", "shape", "setup", "notes")
 MANIFEST_FIELDS = ("repo", "bug_commit", "paths")
+# The setup the report states, when the tree alone does not carry it (README "The reported setup").
+REPORTED_FIELDS = ("reported_launch", "reported_files", "reported_paths", "reported_overlay", "reported_versions")
 LINT_TIMEOUT_S = 600
 
 
@@ -58,6 +62,40 @@ def _check_fields(case: dict, where: str, extra=()) -> None:
         raise BenchError(f"{where}: missing field(s) {', '.join(missing)}")
 
 
+def _is_relative(p) -> bool:
+    return isinstance(p, str) and p.strip() != "" and not p.startswith("/") and ".." not in Path(p).parts
+
+
+def _check_reported(case: dict, where: str, base: Path) -> None:
+    """The `reported_*` fields: their types, and that the files they name exist."""
+    handwritten = case["kind"] == "handwritten"
+    for field in ("reported_paths", "reported_overlay") if handwritten else ("reported_files",):
+        if field in case:
+            raise BenchError(f"{where}: {field} is for {'manifest' if handwritten else 'handwritten'} cases")
+    for field in ("reported_launch", "reported_files", "reported_paths"):
+        value = case.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+            raise BenchError(f"{where}: {field} must be a non-empty list of strings")
+        if field != "reported_launch" and not all(_is_relative(v) for v in value):
+            raise BenchError(f"{where}: {field} must hold relative paths without '..'")
+    versions = case.get("reported_versions")
+    if versions is not None and (not isinstance(versions, dict) or not versions
+                                 or not all(isinstance(v, str) and v.strip() for v in versions.values())):
+        raise BenchError(f"{where}: reported_versions must be a table of package = \"version\"")
+    for name in case.get("reported_files", []):
+        for tree in ("bug", "fixed"):
+            if (base / tree).is_dir() and not (base / tree / name).is_file():
+                raise BenchError(f"{where}: reported_files names {name}, which {tree}/ does not hold")
+    overlay = case.get("reported_overlay")
+    if overlay is not None:
+        if not _is_relative(overlay) or not (base / overlay).is_dir():
+            raise BenchError(f"{where}: reported_overlay {overlay!r} is not a folder next to the manifest")
+        case["overlay_dir"] = str(base / overlay)
+    case["reported"] = [f.split("_", 1)[1] for f in REPORTED_FIELDS if f in case]
+
+
 def load_cases(bench: Path) -> list[dict]:
     """Every case of the benchmark, handwritten and manifest, in a stable order."""
     cases = []
@@ -70,6 +108,7 @@ def load_cases(bench: Path) -> list[dict]:
             case["dir"] = str(case_toml.parent)
             if not (case_toml.parent / "bug").is_dir():
                 raise BenchError(f"{case_toml}: no bug/ directory next to it")
+            _check_reported(case, str(case_toml), case_toml.parent)
             cases.append(case)
     for manifest in sorted(bench.glob("manifest*.toml")):
         data = _read_toml(manifest)
@@ -78,6 +117,7 @@ def load_cases(bench: Path) -> list[dict]:
             _check_fields(case, where, MANIFEST_FIELDS)
             case["kind"] = "manifest"
             case["manifest"] = manifest.name
+            _check_reported(case, where, manifest.parent)
             cases.append(case)
     seen = set()
     for case in cases:
@@ -123,6 +163,8 @@ class Linter:
         if "--no-cache" in help_text:
             self.options.append("--no-cache")
         self.has_exit_zero = "--exit-zero" in help_text
+        self.has_launch = "--launch" in help_text
+        self.has_target_version = "--target-version" in help_text
 
     def version(self) -> str:
         try:
@@ -131,9 +173,22 @@ class Linter:
         except (OSError, subprocess.TimeoutExpired):
             return "unknown"
 
-    def lint(self, tree: Path) -> dict:
+    def setup_args(self, case: dict) -> list[str] | str:
+        """The options that give the reported launch and versions (or a line saying why this CLI cannot)."""
+        args: list[str] = []
+        for cmd in case.get("reported_launch", []):
+            if not self.has_launch:
+                return "this fsdplint has no --launch option for the reported launch"
+            args += ["--launch", cmd]
+        for package, version in sorted(case.get("reported_versions", {}).items()):
+            if not self.has_target_version:
+                return "this fsdplint has no --target-version option for the reported versions"
+            args += ["--target-version", f"{package}={version}"]
+        return args
+
+    def lint(self, tree: Path, extra: list[str] = ()) -> dict:
         """Lint a whole tree from its root; returns {'findings': [...]} or {'error': '...'}."""
-        argv = self.command + self.prefix + ["."] + self.options
+        argv = self.command + self.prefix + ["."] + self.options + list(extra)
         start = time.monotonic()
         try:
             proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True, timeout=LINT_TIMEOUT_S)
@@ -218,65 +273,111 @@ def summarize(findings: list[dict]) -> list[str]:
     return sorted({f"{f.get('code')}:{f.get('severity')}" for f in findings})
 
 
-def score_case(case: dict, linter: Linter, repos: Path | None, work: Path) -> dict:
-    expect = set(case["expect"])
-    row = {
-        "id": case["id"], "kind": case["kind"], "setup": case["setup"], "shape": list(case["shape"]),
-        "covered": bool(case["covered"]), "expect": sorted(expect), "source": list(case["source"]),
-    }
-    bug = work / case["id"] / "bug"
-    fixed = work / case["id"] / "fixed"
-    has_fixed = False
+def _overlay(src: Path, tree: Path) -> str | None:
+    """Copy the files of a `reported_overlay` folder into an extracted tree; never over a file of the tree."""
+    for f in sorted(src.rglob("*")):
+        if not f.is_file():
+            continue
+        target = tree / f.relative_to(src)
+        if target.exists():
+            return f"reported_overlay {f.relative_to(src)} would replace a file of the repository"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, target)
+    return None
+
+
+def _write_trees(case: dict, repos: Path | None, work: Path, reported: bool) -> dict:
+    """The bug tree (and fixed tree, if any) of one pass: {'bug', 'fixed'} paths, or 'skipped'/'error'."""
+    bug, fixed = work / "bug", work / "fixed"
+    out: dict = {"bug": bug, "fixed": None}
     if case["kind"] == "handwritten":
-        shutil.copytree(Path(case["dir"]) / "bug", bug)
-        if (Path(case["dir"]) / "fixed").is_dir():
-            shutil.copytree(Path(case["dir"]) / "fixed", fixed)
-            has_fixed = True
-    else:
-        git_dir = find_git_dir(repos, case["repo"]) if repos else None
-        if git_dir is None:
-            row["status"] = "skipped"
-            row["reason"] = "no local copy" + ("" if repos else " (no --repos given)")
-            return row
-        err = extract(git_dir, case["bug_commit"], list(case["paths"]), bug)
+        drop = [] if reported else list(case.get("reported_files", []))
+        for name in ("bug", "fixed"):
+            src = Path(case["dir"]) / name
+            if not src.is_dir():
+                continue
+            shutil.copytree(src, work / name)
+            for rel in drop:  # as the tree stood before the reported setup was added to it
+                (work / name / rel).unlink(missing_ok=True)
+            out[name] = work / name
+        return out
+    git_dir = find_git_dir(repos, case["repo"]) if repos else None
+    if git_dir is None:
+        return {"skipped": "no local copy" + ("" if repos else " (no --repos given)")}
+    paths = list(case["paths"])
+    if reported and case.get("reported_paths") and paths:  # `paths = []` is already the whole tree
+        paths += case["reported_paths"]
+    err = extract(git_dir, case["bug_commit"], paths, bug)
+    if err is None and reported and case.get("overlay_dir"):
+        err = _overlay(Path(case["overlay_dir"]), bug)
+    if err:
+        return {"error": err}
+    if case.get("fix_commit"):
+        err = extract(git_dir, case["fix_commit"], paths, fixed)
+        if err is None and reported and case.get("overlay_dir"):
+            err = _overlay(Path(case["overlay_dir"]), fixed)
         if err:
-            row["status"], row["reason"] = "error", err
-            return row
-        if case.get("fix_commit"):
-            err = extract(git_dir, case["fix_commit"], list(case["paths"]), fixed)
-            if err:
-                row["fixed_error"] = err
-            else:
-                has_fixed = True
-    result = linter.lint(bug)
-    row["seconds"] = result.get("seconds")
+            out["fixed_error"] = err
+        else:
+            out["fixed"] = fixed
+    return out
+
+
+def _where(f: dict) -> str:
+    return f"{f.get('filename')}:{(f.get('location') or {}).get('row')} {f.get('code')}"
+
+
+def _score_pass(case: dict, linter: Linter, repos: Path | None, work: Path, reported: bool) -> dict:
+    """Lint one pass (as the tree stood, or with the reported setup) and score it."""
+    expect = set(case["expect"])
+    trees = _write_trees(case, repos, work, reported)
+    if "skipped" in trees:
+        return {"status": "skipped", "reason": trees["skipped"]}
+    if "error" in trees:
+        return {"status": "error", "reason": trees["error"]}
+    extra = linter.setup_args(case) if reported else []
+    if isinstance(extra, str):
+        return {"status": "error", "reason": extra}
+    out: dict = {}
+    if "fixed_error" in trees:
+        out["fixed_error"] = trees["fixed_error"]
+    result = linter.lint(trees["bug"], extra)
+    out["seconds"] = result.get("seconds")
     if "error" in result:
-        row["status"], row["reason"] = "error", result["error"]
-        return row
+        out["status"], out["reason"] = "error", result["error"]
+        return out
     findings = result["findings"]
-    row["found"] = summarize(findings)
+    out["found"] = summarize(findings)
     hits = [f for f in findings if f.get("code") in expect and f.get("severity") in ("error", "warning")]
     if hits:
-        row["status"] = "caught"
+        out["status"] = "caught"
     else:
-        row["status"] = "missed" if case["covered"] else "uncovered"
-    row["hits"] = sorted({f"{f.get('filename')}:{(f.get('location') or {}).get('row')} {f.get('code')}"
-                          for f in hits})
-    if has_fixed:
-        fres = linter.lint(fixed)
+        out["status"] = "missed" if case["covered"] else "uncovered"
+    out["hits"] = sorted({_where(f) for f in hits})
+    if trees["fixed"] is not None:
+        fres = linter.lint(trees["fixed"], extra)
         if "error" in fres:
-            row["fixed_error"] = fres["error"]
+            out["fixed_error"] = fres["error"]
         else:
             reviewed = set(case.get("fixed_true_findings", []))
             errors = [f for f in fres["findings"] if f.get("severity") == "error"]
-            row["false_alarms"] = sorted(
-                f"{f.get('filename')}:{(f.get('location') or {}).get('row')} {f.get('code')}"
-                for f in errors if f.get("code") not in reviewed
-            )
-            row["fixed_true_findings"] = sorted(
-                f"{f.get('filename')}:{(f.get('location') or {}).get('row')} {f.get('code')}"
-                for f in errors if f.get("code") in reviewed
-            )
+            out["false_alarms"] = sorted(_where(f) for f in errors if f.get("code") not in reviewed)
+            out["fixed_true_findings"] = sorted(_where(f) for f in errors if f.get("code") in reviewed)
+    return out
+
+
+def score_case(case: dict, linter: Linter, repos: Path | None, work: Path) -> dict:
+    """Score a case; one carrying a reported setup is scored with it, and again as its tree stood."""
+    row = {
+        "id": case["id"], "kind": case["kind"], "setup": case["setup"], "shape": list(case["shape"]),
+        "covered": bool(case["covered"]), "expect": sorted(case["expect"]), "source": list(case["source"]),
+    }
+    reported = list(case.get("reported", []))
+    row["reported_setup"] = reported
+    row.update(_score_pass(case, linter, repos, work / case["id"] / "reported", reported=True))
+    if reported and row["status"] != "skipped":
+        stood = _score_pass(case, linter, repos, work / case["id"] / "as-stood", reported=False)
+        row["as_stood"] = {k: stood[k] for k in ("status", "reason", "found", "false_alarms") if k in stood}
     return row
 
 
@@ -286,17 +387,33 @@ def _pct(num: int, den: int) -> str:
     return f"{num}/{den} ({100.0 * num / den:.0f}%)" if den else "0/0 (-)"
 
 
+_RAN = ("caught", "missed", "uncovered")
+
+
+def _recall_by(covered: list[dict], status) -> dict:
+    """caught / cases per setup and per kind, `status(row)` giving the pass's result."""
+    out = {}
+    for field in ("setup", "kind"):
+        out[field] = {}
+        for value in sorted({r[field] for r in covered}):
+            sub = [r for r in covered if r[field] == value]
+            out[field][value] = {"caught": sum(status(r) == "caught" for r in sub), "cases": len(sub)}
+    return out
+
+
+def _stood(row: dict) -> dict:
+    """The row as its tree stood (the same row when the case carries no reported setup)."""
+    return row.get("as_stood", row)
+
+
 def totals(rows: list[dict]) -> dict:
-    ran = [r for r in rows if r["status"] in ("caught", "missed", "uncovered")]
+    ran = [r for r in rows if r["status"] in _RAN]
     covered = [r for r in ran if r["covered"]]
-    by_setup = {}
-    for setup in sorted({r["setup"] for r in covered}):
-        sub = [r for r in covered if r["setup"] == setup]
-        by_setup[setup] = {"caught": sum(r["status"] == "caught" for r in sub), "cases": len(sub)}
-    by_kind = {}
-    for kind in sorted({r["kind"] for r in covered}):
-        sub = [r for r in covered if r["kind"] == kind]
-        by_kind[kind] = {"caught": sum(r["status"] == "caught" for r in sub), "cases": len(sub)}
+    split = _recall_by(covered, lambda r: r["status"])
+    by_setup, by_kind = split["setup"], split["kind"]
+    stood_covered = [r for r in rows if r["covered"] and _stood(r)["status"] in _RAN]
+    stood_split = _recall_by(stood_covered, lambda r: _stood(r)["status"])
+    stood_alarms = [(r["id"], a) for r in rows for a in _stood(r).get("false_alarms", [])]
     by_shape = {}
     for shape in sorted({s for r in covered for s in r["shape"]}):
         sub = [r for r in covered if shape in r["shape"]]
@@ -320,6 +437,15 @@ def totals(rows: list[dict]) -> dict:
         "false_alarm_cases": sorted({cid for cid, _ in alarms}),
         "false_alarm_list": [f"{cid}: {a}" for cid, a in alarms],
         "fixed_true_findings": reviewed,
+        "reported_setup": [f"{r['id']} ({', '.join(r['reported_setup'])})" for r in rows if r.get("reported_setup")],
+        "as_stood": {
+            "covered": len(stood_covered),
+            "caught": sum(_stood(r)["status"] == "caught" for r in stood_covered),
+            "by_setup": stood_split["setup"],
+            "by_kind": stood_split["kind"],
+            "false_alarms": len(stood_alarms),
+            "false_alarm_list": [f"{cid}: {a}" for cid, a in stood_alarms],
+        },
     }
 
 
@@ -342,17 +468,33 @@ def render(rows: list[dict], tot: dict, version: str) -> str:
                f"({sum(r['kind'] == 'handwritten' for r in rows)} handwritten, "
                f"{sum(r['kind'] == 'manifest' for r in rows)} manifest).")
     out.append("")
-    out.append(f"- **Recall** (caught / covered cases that ran): {_pct(tot['caught'], tot['covered'])}")
+    n_reported = len(tot["reported_setup"])
+    out.append(f"- **Recall** (caught / covered cases that ran"
+               + (f", {n_reported} of them with the setup their report states" if n_reported else "")
+               + f"): {_pct(tot['caught'], tot['covered'])}")
     for setup, s in tot["by_setup"].items():
         out.append(f"  - setup `{setup}`: {_pct(s['caught'], s['cases'])}")
     for kind, s in tot["by_kind"].items():
         out.append(f"  - {kind} cases: {_pct(s['caught'], s['cases'])}")
+    if n_reported:
+        stood = tot["as_stood"]
+        out.append(f"- Recall as the trees stood (the same cases, without the `reported_*` launch, files and "
+                   f"versions): {_pct(stood['caught'], stood['covered'])}")
+        for setup, s in stood["by_setup"].items():
+            out.append(f"  - setup `{setup}`: {_pct(s['caught'], s['cases'])}")
+        for kind, s in stood["by_kind"].items():
+            out.append(f"  - {kind} cases: {_pct(s['caught'], s['cases'])}")
+        out.append(f"- Cases run with a reported setup: {n_reported} — {', '.join(tot['reported_setup'])}")
     out.append(f"- Uncovered cases (no rule for the failure class): {tot['uncovered']}"
                f" (caught anyway: {tot['uncovered_caught']})")
     out.append(f"- **False alarms** (error findings on fixed trees): {tot['false_alarms']} "
                f"in {len(tot['false_alarm_cases'])} of {tot['fixed_trees']} fixed trees")
     for line in tot["false_alarm_list"]:
         out.append(f"  - {line}")
+    if n_reported:
+        out.append(f"  - as the trees stood: {tot['as_stood']['false_alarms']}")
+        for line in tot["as_stood"]["false_alarm_list"]:
+            out.append(f"    - {line}")
     if tot["fixed_true_findings"]:
         out.append(f"- Errors on fixed trees reviewed as true findings unrelated to the case's bug "
                    f"(`fixed_true_findings`, not counted): {len(tot['fixed_true_findings'])}")
@@ -369,8 +511,9 @@ def render(rows: list[dict], tot: dict, version: str) -> str:
     for shape, s in tot["by_shape"].items():
         out.append(f"| {shape} | {s['caught']}/{s['cases']} |")
     out.append("")
-    out.append("| case | kind | setup | shape | covered | expect | result | codes found | fixed: errors |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append("| case | kind | setup | shape | covered | expect | reported setup | result | as the tree stood "
+               "| codes found | fixed: errors |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         result = r["status"] + (f" ({r['reason']})" if r.get("reason") else "")
         found = ", ".join(r.get("found", [])) or "-"
@@ -378,8 +521,13 @@ def render(rows: list[dict], tot: dict, version: str) -> str:
             fixed = ", ".join(a.split(" ", 1)[1] for a in r["false_alarms"]) or "none"
         else:
             fixed = r.get("fixed_error", "-")
+        stood = r.get("as_stood")
+        stood_text = "-" if stood is None else (
+            stood["status"] + (f" ({stood['reason']})" if stood.get("reason") else "")
+            + (f": {', '.join(stood.get('found', []))}" if stood.get("found") else ""))
         out.append(f"| {r['id']} | {r['kind']} | {r['setup']} | {', '.join(r['shape'])} | "
-                   f"{'yes' if r['covered'] else 'no'} | {', '.join(r['expect']) or '-'} | {result} | "
+                   f"{'yes' if r['covered'] else 'no'} | {', '.join(r['expect']) or '-'} | "
+                   f"{', '.join(r.get('reported_setup', [])) or '-'} | {result} | {stood_text} | "
                    f"{found} | {fixed} |")
     out.append("")
     return "\n".join(out)
@@ -419,8 +567,9 @@ def main(argv=None) -> int:
             rows.append(row)
             extra = f" [{row['reason']}]" if row.get("reason") else ""
             alarms = f"  fixed: {len(row['false_alarms'])} error(s)" if "false_alarms" in row else ""
+            stood = f"  (as stood: {row['as_stood']['status']})" if "as_stood" in row else ""
             print(f"{row['status']:8} {row['id']:55} expect={','.join(row['expect']) or '-':16} "
-                  f"found={','.join(row.get('found', [])) or '-'}{extra}{alarms}", flush=True)
+                  f"found={','.join(row.get('found', [])) or '-'}{extra}{alarms}{stood}", flush=True)
     tot = totals(rows)
     report = render(rows, tot, linter.version())
     print()
