@@ -123,6 +123,7 @@ def add_switched(out: list[Finding], extra: list[tuple[Run, list[Finding]]]) -> 
     by_key: dict[tuple, tuple[Finding, list[tuple[Run, str]]]] = {}
     for run, findings in extra:
         for f in findings:
+            f.notes.pop("switches refused", None)
             flags = f.notes.pop("switches", None)
             k = (f.filename, f.start, f.code)
             if flags is None or k in have:
@@ -197,6 +198,9 @@ def needed_switches(ctx, f: Finding, free: frozenset, rows: tuple = ()) -> Optio
             needed.extend(x for x in mine if x not in needed)
     if any(not opens(g, needed) for g in guards):
         return None
+    if needed and _refused(ctx, a, pins(needed)):
+        return None
+    f.notes["switches refused"] = lambda flags: _refused(ctx, a, pins(flags))  # for `told_apart`
     if not needed:
         f.notes["switches guessed"] = True  # no `if` on the flags around its places: see `told_apart`
         needed = sorted(free)
@@ -206,8 +210,9 @@ def needed_switches(ctx, f: Finding, free: frozenset, rows: tuple = ()) -> Optio
 def told_apart(run: Run, findings: list[Finding], lint: Callable[[Run], list[Finding]]) -> list[Finding]:
     """With several flags free, check each finding against a run with only the flags it names free: the
     `if`s around its places may not show them all (a value set under `if args.use_4bit:` and read
-    elsewhere, FSDP switched on by another flag). One more run per set tried; with more than four flags
-    free, a finding not confirmed names them all."""
+    elsewhere, FSDP switched on by another flag), or show none. One more run per set tried, adding one
+    flag at a time with at most four free; a finding whose flags cannot be told this way is left out
+    (naming every flag of the script would not say which configuration gives it)."""
     guessed = {id(f) for f in findings if f.notes.pop("switches guessed", False)}
     if len(run.free) < 2:
         return findings
@@ -222,19 +227,69 @@ def told_apart(run: Run, findings: list[Finding], lint: Callable[[Run], list[Fin
     every = " ".join(sorted(run.free))
     for f in findings:
         named = f.notes.get("switches")
-        if named is None or named == every:
+        if named is None or (named == every and id(f) not in guessed):
             continue
         k = (f.filename, f.start, f.code)
         claimed = frozenset() if id(f) in guessed else frozenset(named.split())
         if claimed and gives(claimed, k):
             continue
-        f.notes["switches"] = every
+        f.notes["switches"] = None
         if len(run.free) <= 4:
             for extra in sorted(run.free - claimed):
                 if gives(claimed | {extra}, k):
                     f.notes["switches"] = " ".join(sorted(claimed | {extra}))
                     break
+            else:
+                f.notes["switches"] = every
+        refused = f.notes.get("switches refused")
+        if f.notes["switches"] is not None and refused is not None and refused(f.notes["switches"].split()):
+            f.notes["switches"] = None  # the script stops on these flags itself
     return findings
+
+
+def _refused(ctx, a, pins: dict) -> bool:
+    """The script stops on these flags itself: `if args.load_in_8bit and args.use_fsdp: raise ...`,
+    `parser.error(...)`, `sys.exit(...)`, or an `assert` that fails with them."""
+    import libcst as cst
+
+    from fsdplint.resolve import dotted
+
+    scopes = {id(s.node): s for s in a.c.scopes if s.node is not None}
+
+    def stops(block) -> bool:
+        first = block.body[0] if isinstance(block, cst.IndentedBlock) and block.body else None
+        for small in getattr(first, "body", ()) if isinstance(first, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Raise):
+                return True
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                name = dotted(small.value.func) or ""
+                if name.endswith(".error") or name in ("sys.exit", "exit", "quit"):
+                    return True
+        return False
+
+    def walk(body, fn) -> bool:
+        for stmt in body:
+            scope = scopes.get(id(fn)) if fn is not None else None
+            if isinstance(stmt, cst.If):
+                if stops(stmt.body) and a.test_truth(stmt, scope) is not None \
+                        and a.switched_truth(stmt, scope, pins) == frozenset({True}):
+                    return True
+                if walk(stmt.body.body, fn):
+                    return True
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Assert) and a.test_truth(small, scope) is not None \
+                            and a.switched_truth(small, scope, pins) == frozenset({False}):
+                        return True
+            elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and isinstance(stmt.body, cst.IndentedBlock):
+                if walk(stmt.body.body, stmt if isinstance(stmt, cst.FunctionDef) else fn):
+                    return True
+        return False
+
+    try:
+        return walk(ctx.module.body, None)
+    except RecursionError:
+        return False
 
 
 def _guards_at(ctx, a, filename: str, row: int) -> list[tuple]:

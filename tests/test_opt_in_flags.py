@@ -185,3 +185,13 @@ def test_the_condition_shows_in_every_format(tmp_path):
         out = _run([str(script)], fmt)
         (line,) = [ln for ln in out.splitlines() if "FSDP202" in ln]
         assert wanted in line
+
+
+def test_a_combination_the_script_refuses_gives_no_finding(tmp_path):
+    for refusal in ('if args.load_in_4bit and args.use_fsdp:\n    raise ValueError("4-bit loading is not for FSDP")\n',
+                    'if args.load_in_4bit and args.use_fsdp:\n    parser.error("pick one")\n',
+                    "assert not (args.load_in_4bit and args.use_fsdp)\n"):
+        src = QLORA_UNDER_FLAGS.replace("quantization_config = None\n", refusal + "quantization_config = None\n")
+        (tmp_path / str(len(refusal))).mkdir()
+        script = _project(tmp_path / str(len(refusal)), src)
+        assert _codes(_run([str(script)]), "FSDP202") == [], refusal
