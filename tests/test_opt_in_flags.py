@@ -195,3 +195,48 @@ def test_a_combination_the_script_refuses_gives_no_finding(tmp_path):
         (tmp_path / str(len(refusal))).mkdir()
         script = _project(tmp_path / str(len(refusal)), src)
         assert _codes(_run([str(script)]), "FSDP202") == [], refusal
+
+
+SWITCHES = """\
+import argparse
+from dataclasses import dataclass, field
+from typing import Optional
+from transformers import HfArgumentParser
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_lora", action="store_true")
+parser.add_argument("--no_offload", action="store_false", dest="offload")
+parser.add_argument("--use_fsdp", type=str, default="False")
+parser.add_argument("--compile", type=str2bool, default=False)
+parser.add_argument("--strict", type=bool, default=False)
+parser.add_argument("--lr", type=float, default=1e-4)
+parser.add_argument("--quant", choices=["none", "4bit"], default="none")
+parser.add_argument("--output_dir", type=str, default=None)
+parser.add_argument("--bf16", action="store_true", default=True)
+args = parser.parse_args()
+
+
+@dataclass
+class Opts:
+    load_in_8bit: bool = field(default=False)
+    use_peft: Optional[bool] = None
+    gradient_checkpointing: bool = True
+    lora_r: int = 8
+
+
+(opts,) = HfArgumentParser(Opts).parse_args_into_dataclasses()
+"""
+
+
+def test_which_options_are_opt_in_flags():
+    from fsdplint.arguments import bind, parse_definitions
+
+    env = bind(parse_definitions(SWITCHES, use_installed=False))
+    assert env.switches == {"--use_lora": True, "--no_offload": False, "--use_fsdp": "True", "--compile": True,
+                            "--strict": True, "--load_in_8bit": True, "--use_peft": True}
+    # Freed, a flag holds its default and the value passing it gives; the others keep their default.
+    free = bind(parse_definitions(SWITCHES, use_installed=False), free=frozenset({"--use_lora", "--use_fsdp"}))
+    assert free.names["args"]["use_lora"].values == (False, True)
+    assert free.names["args"]["use_fsdp"].values == ("False", "True")
+    assert free.names["args"]["compile"].values == (False,)
+    assert free.names["args"]["lr"].values == (1e-4,)
