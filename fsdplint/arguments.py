@@ -100,6 +100,25 @@ class Field:
     choices: Optional[tuple] = None
     nargs: Any = None
     line: int = 0  # where the argument or field is defined in the script (0: a library)
+    bool_type: bool = False  # `type=str2bool`-style helper: a word read as true or false
+
+    def switch(self) -> Optional[tuple[str, Any]]:
+        """(option string, the value passing it gives) for an opt-in flag: an option whose default leaves a
+        feature off and which a user passes to switch it on (`store_true`, a bool dataclass field defaulting
+        to False/None, `type=str` defaulting to "False"); None for options with another domain."""
+        if not self.options or self.choices is not None:
+            return None
+        flag, d = self.options[0], self.default
+        if self.action == "store_true" or self.action == "bool_optional" or (
+                self.kind == "bool" and self.action in (None, "hf_bool")):
+            return (flag, True) if d in (False, None) else None
+        if self.action == "store_false":
+            return (flag, False) if d is True else None
+        if self.kind == "pybool" or self.bool_type:
+            return (flag, True) if d in (False, None, "False", "false") else None
+        if self.kind == "str" and self.action is None and d in ("False", "false", False):
+            return (flag, "True" if d != "false" else "true")
+        return None
 
 
 @dataclass
@@ -137,6 +156,8 @@ class Origin:
 class ArgValue:
     values: tuple  # possible values (UNKNOWN among them when not all are known)
     origin: Optional[Origin] = None
+    # An opt-in flag left at its default (or freed, see `bind`): the option string that switches it on.
+    switch: Optional[str] = None
 
     @property
     def single(self) -> Any:
@@ -150,6 +171,7 @@ class ArgEnv:
     names: dict[str, dict[str, ArgValue]] = field(default_factory=dict)  # namespace var -> field -> value
     training: list[tuple[str, ArgValue]] = field(default_factory=list)  # TrainingArguments fields set explicitly
     texts: dict[str, str] = field(default_factory=dict)  # recipe files read, for source lines
+    switches: dict[str, Any] = field(default_factory=dict)  # opt-in flag -> the value passing it gives
 
     def lookup(self, dotted: Optional[str]) -> Optional[ArgValue]:
         if not dotted or dotted.count(".") != 1:
@@ -412,6 +434,7 @@ def _argparse_field(call: ast.Call) -> Optional[Field]:
     positional = not opts[0].startswith("-")
     f = Field(dest, [] if positional else opts, _kind_of_type(kw.get("type")), None, action_name,
               line=call.lineno)
+    f.bool_type = f.kind == "other" and "bool" in (_name(kw.get("type")) or "").rsplit(".", 1)[-1].lower()
     if action_name in ("store_true", "store_false", "bool_optional"):
         f.kind = "bool"
         f.default = action_name == "store_false" if "default" not in kw else _literal(kw["default"])
@@ -718,8 +741,10 @@ def _convert(f: Field, text: str) -> Any:
     return text
 
 
-def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
-    """Each namespace's fields: from the launch's words, a recipe file they name, else the defaults."""
+def bind(defs: Definitions, launch=None, base_dirs: tuple = (), free: frozenset = frozenset()) -> ArgEnv:
+    """Each namespace's fields: from the launch's words, a recipe file they name, else the defaults.
+    An opt-in flag the launch leaves at its default keeps its option string (`ArgValue.switch`); those
+    named in `free` may hold either value (the script run with them passed, or not)."""
     env = ArgEnv()
     values: dict[int, dict[str, ArgValue]] = {}
     for g in defs.groups:
@@ -754,6 +779,15 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = ()) -> ArgEnv:
                         values[id(g)][name] = ArgValue(v.values + (UNKNOWN,) if UNKNOWN not in v.values else v.values, v.origin)
     elif defs.recipe is not None:
         _apply_recipe(defs, values, _word(defs.recipe), base_dirs, env)
+    for g in defs.groups:
+        for name, f in g.fields.items():
+            v = values[id(g)][name]
+            sw = f.switch() if v.origin is not None and v.origin.what == "default" else None
+            if sw is not None:
+                v.switch = sw[0]
+                env.switches[sw[0]] = sw[1]
+                if sw[0] in free and sw[1] not in v.values:
+                    v.values = v.values + (sw[1],)
     for var, g in defs.namespaces.items():
         env.names[var] = values[id(g)]
     for g in defs.groups:

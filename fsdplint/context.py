@@ -98,7 +98,7 @@ class LintContext:
                                                    self.path.resolve() if finder is not None else None)
                 if defs is not None:
                     dirs = base_dirs(run, self.path)
-                    env = arguments.bind(defs, launch, dirs)
+                    env = arguments.bind(defs, launch, dirs, run.free if run is not None else frozenset())
             except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError):
                 env = None  # the arguments stay unknown: the analysis goes on without them
         a = ScriptAnalysis(self.module, self._collector, env=env, project=self.project,
@@ -264,6 +264,8 @@ class LintContext:
                 if hit[1] is None:
                     return hit[0].start.row
                 node = hit[1].node
+        else:
+            self._mentioned.append(node)  # a place of this file the finding names (its `if`s may matter)
         return self.positions.range(node)[0].row
 
     def code(self, node: cst.CSTNode) -> str:

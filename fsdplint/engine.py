@@ -184,14 +184,26 @@ def lint_text(
         return [_cpython_verdict(text, filename) or _finding(SYNTAX_ERROR, filename, f"cannot parse: {detail}")]
 
     if "run" not in settings.options:
-        from fsdplint.runs import Run, merge, runs_for
+        from fsdplint.runs import Run, add_switched, merge, runs_for, told_apart
+
+        def under(run, probe=None):
+            opts = {**settings.options, "run": run, "switch_probe": probe}
+            return lint_text(text, filename, replace(settings, options=opts), path, fcfg)
 
         runs = runs_for(path, filename, settings.options)
         if runs:  # one lint per launch (and one under the script's defaults, to tell what a launch changes)
-            def under(run):
-                return lint_text(text, filename, replace(settings, options={**settings.options, "run": run}), path, fcfg)
-
-            return merge(runs, under(Run()), [under(r) for r in runs])
+            probes: list[set] = [set() for _ in runs]
+            out = merge(runs, under(Run()), [under(r, p) for r, p in zip(runs, probes)])
+            free = [Run(r.launch, frozenset(p)) for r, p in zip(runs, probes) if p]
+        elif "add_argument" in text or "Parser" in text or "Fire(" in text:
+            probe: set = set()
+            out = under(Run(), probe)
+            free = [Run(None, frozenset(probe))] if probe else []
+        else:
+            free, out = [], None
+        if out is not None:
+            # Branches shut only by opt-in flags left at their default: once more with those flags free.
+            return add_switched(out, [(r, told_apart(r, under(r), under)) for r in free]) if free else out
     ctx = LintContext(
         filename=filename,
         path=path,
@@ -229,6 +241,7 @@ def lint_text(
     ctx.rule = None
 
     findings: list[Finding] = _external_findings(ctx, filename)
+    rows: dict[int, tuple] = {}  # a finding's index -> the lines of this file it also depends on
     ctx.reports = [r for r in ctx.reports if r.setting is None]
     if ctx.reports:
         pos = ctx.positions
@@ -259,6 +272,9 @@ def lint_text(
                 continue  # in a branch the known argument values rule out
             if noqa.suppresses(r.rule.code, (start.row, end.row)):
                 continue
+            if r.related:
+                rows[len(findings)] = tuple(pos.range(n)[0].row for n in r.related if locate(a, n) is None
+                                            and id(n) in a.c.top)
             fix = None
             if r.fix is not None and fcfg.fixable(r.rule.code) and foreign is None:
                 fix = to_fix(r.fix, pos, module.default_newline)
@@ -276,6 +292,18 @@ def lint_text(
                     related=related,
                 )
             )
+    run = settings.options.get("run")
+    a = ctx.__dict__.get("analysis")
+    probe = settings.options.get("switch_probe")
+    if probe is not None and a is not None:
+        probe.update(a.__dict__.get("switched_off", ()))
+    if run is not None and run.free and a is not None:
+        from fsdplint.runs import needed_switches
+
+        for i, f in enumerate(findings):
+            flags = needed_switches(ctx, f, run.free, rows.get(i, ()))
+            if flags is not None:
+                f.notes["switches"] = flags
     findings.extend(errors)
     if UNUSED_NOQA in codes:
         lines = text.splitlines()

@@ -301,7 +301,7 @@ def _dispatching_path(a, expr, scope):
         text = " ".join(a.code(test).split())
         if _LAUNCH_WORDS.search(text):
             return None, None
-        if a.env is not None and a._mentions_env(test):
+        if a.env is not None and a._mentions_env(test) and not a.opened_by_switch(test, scope, holds):
             return None, None  # a parsed argument the launch leaves unknown does not make the path reachable
         parts.append(text if holds else f"not ({text})")
     values = [v for v in a.values(expr, scope) if _dispatches(v)]

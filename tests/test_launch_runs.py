@@ -61,8 +61,20 @@ def _codes(found, code):
     return [f for f in found if f["code"] == code]
 
 
-def test_branch_off_by_default_stays_quiet(tmp_path):
+def test_branch_of_an_opt_in_flag_off_by_default_is_a_warning_naming_the_flag(tmp_path):
+    # `--load_in_4bit` exists to be passed: what it switches on is linted too, as a warning at most.
     script = _project(tmp_path, QLORA_FSDP1)
+    (f,) = _codes(_run([str(script)]), "FSDP202")
+    assert f["severity"] == "warning"
+    assert f["message"].endswith("(when args.load_in_4bit is true, line 9; when launched with `--load_in_4bit`)")
+
+
+def test_branch_off_by_a_default_of_another_domain_stays_quiet(tmp_path):
+    # A choice, not a switch: its default decides, as before.
+    script = _project(tmp_path, QLORA_FSDP1.replace(
+        'parser.add_argument("--load_in_4bit", action="store_true")',
+        'parser.add_argument("--quant", choices=["none", "4bit"], default="none")').replace(
+        "if args.load_in_4bit:", 'if args.quant == "4bit":'))
     assert _codes(_run([str(script)]), "FSDP202") == []
 
 
@@ -82,7 +94,8 @@ def test_launch_on_the_command_line(tmp_path):
     script = _project(tmp_path, QLORA_FSDP1)
     (f,) = _codes(_run(["--launch", "python train.py --load_in_4bit", str(script)]), "FSDP202")
     assert "when launched by --launch:1" in f["message"]
-    assert _codes(_run(["--launch", "python train.py", str(script)]), "FSDP202") == []
+    (f,) = _codes(_run(["--launch", "python train.py", str(script)]), "FSDP202")
+    assert f["severity"] == "warning" and "when launched by --launch:1 with `--load_in_4bit`)" in f["message"]
 
 
 def test_unknown_value_gives_no_finding(tmp_path):
@@ -136,7 +149,10 @@ def test_the_same_finding_under_every_launch_is_reported_once(tmp_path):
 
 def test_deepspeed_launch_is_not_a_run(tmp_path):
     script = _project(tmp_path, QLORA_FSDP1, {"ds.sh": "deepspeed train.py --load_in_4bit\n"})
-    assert _codes(_run([str(script)]), "FSDP202") == []
+    found = _codes(_run([str(script)]), "FSDP202")
+    # Only the script's defaults (and its opt-in flag) run it: a warning that names no launcher.
+    assert [f["severity"] for f in found] == ["warning"]
+    assert "ds.sh" not in found[0]["message"] and found[0]["message"].endswith("with `--load_in_4bit`)")
 
 
 # -- a finding caused by a launcher points at the launcher's line, in every format -------------------
@@ -311,7 +327,8 @@ def test_device_map_set_on_a_path_follows_the_launch(tmp_path):
     script = _project(tmp_path, DEVICE_MAP_ON_A_PATH)
     (f,) = _codes(_run(["--launch", "torchrun --nproc_per_node 8 train.py --load_in_4bit", str(script)]), "FSDP009")
     assert f["severity"] == "error" and f["location"]["row"] == 9
-    assert _codes(_run(["--launch", "torchrun --nproc_per_node 8 train.py", str(script)]), "FSDP009") == []
+    (f,) = _codes(_run(["--launch", "torchrun --nproc_per_node 8 train.py", str(script)]), "FSDP009")
+    assert f["severity"] == "warning" and f["message"].endswith("with `--load_in_4bit`)")
     assert _codes(_run(["--launch", "torchrun --nproc_per_node 8 train.py $QUANT", str(script)]), "FSDP009") == []
 
 
@@ -338,15 +355,17 @@ Trainer(model=model, args=TrainingArguments("out")).train()
 FSDP_YAML = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
 
 
-@pytest.mark.parametrize("fsdp_launch_flags, expected", [("", 0), (" --use_4bit", 1)])
+@pytest.mark.parametrize("fsdp_launch_flags, expected", [("", "warning"), (" --use_4bit", "error")])
 def test_a_plain_python_launch_does_not_borrow_another_launchers_fsdp_config(tmp_path, fsdp_launch_flags, expected):
     """`python train.py --use_4bit` is one process without FSDP; the FSDP config belongs to the accelerate
-    launcher of the same script, which passes the 4-bit flag only in the second variant."""
+    launcher of the same script, which passes the 4-bit flag only in the second variant (in the first, the
+    flag is the user's to pass: a warning that names it)."""
     script = _project(tmp_path, DEVICE_MAP_UNDER_FLAG, {
         "run_single.sh": "python train.py --use_4bit\n",
         "run_fsdp.sh": f"accelerate launch --config_file configs/fsdp.yaml train.py{fsdp_launch_flags}\n",
         "configs/fsdp.yaml": FSDP_YAML,
     })
-    found = _codes(_run([str(script)]), "FSDP009")
-    assert len(found) == expected, found
-    assert all("run_fsdp.sh" in f["message"] for f in found)
+    (f,) = _codes(_run([str(script)]), "FSDP009")
+    assert f["severity"] == expected
+    assert "run_fsdp.sh:1" in f["message"] and "run_single.sh" not in f["message"]
+    assert f["message"].endswith("run_fsdp.sh:1 with `--use_4bit`)") == (expected == "warning")

@@ -224,6 +224,8 @@ class Values:
             if UNKNOWN in t:
                 continue
             if (g.branch == "body" and True not in t) or (g.branch == "orelse" and False not in t):
+                if self.env is not None:
+                    self.note_switched_off(g.node, item.scope, g.branch == "body")
                 return True
         return False
 
@@ -359,7 +361,10 @@ class Values:
         t = self.test_truth(guard.node, scope)
         if t is None:
             return False
-        return (True not in t) if guard.branch == "body" else (False not in t)
+        dead = (True not in t) if guard.branch == "body" else (False not in t)
+        if dead:
+            self.note_switched_off(guard.node, scope, guard.branch == "body")
+        return dead
 
     def dead(self, item) -> bool:
         """An item (call, attribute or subscript assignment) that only runs in an impossible branch."""
@@ -372,6 +377,7 @@ class Values:
                 if t is None:
                     continue
                 if (True not in t and _contains(g.node.body, node)) or (False not in t and _contains(g.node.orelse, node)):
+                    self.note_switched_off(g.node, item.scope, True not in t)
                     return True
             elif self.dead_guard(g, item.scope):
                 return True
@@ -407,6 +413,7 @@ class Values:
                     states.append(UNKNOWN)
                 elif want not in t:
                     states.append(None)  # this branch cannot run
+                    self.note_switched_off(node, self._scope_of_if.get(id(node)), want)
                 else:
                     states.append(True if t == {want} else UNKNOWN)
             if None in states:
@@ -441,6 +448,93 @@ class Values:
                 for g in a.guards:
                     out.setdefault(id(g.node), s)
         return out
+
+    # -- opt-in flags: options a user passes to switch a feature on ------------------------
+    def switches(self, test: Optional[cst.BaseExpression]) -> set:
+        """Option strings of the opt-in flags a test reads (directly or through a name bound to one,
+        `use_fsdp = args.use_fsdp == "True"`) that this run leaves at their default or frees."""
+        env = self.env
+        if env is None or test is None:
+            return set()
+        cache = self.__dict__.setdefault("_switch_cache", {})
+        if id(test) in cache:
+            return cache[id(test)]
+        out: set = set()
+        cache[id(test)] = out
+        stack, seen = [test], set()
+        while stack:
+            n = stack.pop()
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value in env.names:
+                hit = env.lookup(dotted(n))
+                if hit is not None and hit.switch:
+                    out.add(hit.switch)
+                continue
+            if isinstance(n, cst.Name) and n.value in self._env_locals and n.value not in seen:
+                seen.add(n.value)
+                for s in self.c.scopes:
+                    stack.extend(v for _, v in s.assigns.get(n.value, ()))
+                continue
+            stack.extend(n.children)
+        return out
+
+    def opened_by_switch(self, test: cst.BaseExpression, scope: Optional[Scope], holds: bool) -> bool:
+        """The test takes `holds` once an opt-in flag it reads, freed for this run, is passed."""
+        free = [x for x in self.switches(test) if len(self._switch_values(x)) > 1]
+        return bool(free) and holds in self.truth(test, scope)
+
+    def switched_truth(self, if_node: cst.CSTNode, scope: Optional[Scope], pins: dict) -> Optional[frozenset]:
+        """`test_truth` with some opt-in flags pinned: option string -> the values it may hold."""
+        from fsdplint.arguments import ArgEnv, ArgValue
+
+        env = self.env
+        names = {}
+        for ns, group in env.names.items():
+            names[ns] = {k: (ArgValue(pins[v.switch], v.origin, v.switch) if v.switch in pins else v)
+                         for k, v in group.items()}
+        saved = (self.__dict__.get("_guard_truth"), self.__dict__.get("_truth_busy"))
+        self.env = ArgEnv(names, env.training, env.texts, env.switches)
+        self.__dict__["_guard_truth"], self.__dict__["_truth_busy"] = {}, set()
+        try:
+            return self.test_truth(if_node, scope)
+        finally:
+            self.env = env
+            for key, old in zip(("_guard_truth", "_truth_busy"), saved):
+                if old is None:
+                    self.__dict__.pop(key, None)
+                else:
+                    self.__dict__[key] = old
+
+    def note_switched_off(self, if_node: cst.CSTNode, scope: Optional[Scope], want: bool) -> None:
+        """Remember the opt-in flags left at their default that make this branch impossible (the branch
+        runs once they may be passed): the file is then linted once more with them free."""
+        if self.__dict__.get("_pinning"):
+            return
+        key = (id(if_node), want)
+        done = self.__dict__.setdefault("_switch_noted", set())
+        if key in done:
+            return
+        done.add(key)
+        sw = {x for x in self.switches(getattr(if_node, "test", None)) if len(self._switch_values(x)) == 1}
+        if not sw:
+            return
+        self.__dict__["_pinning"] = True
+        try:
+            t = self.switched_truth(if_node, scope, {x: self._switch_values(x) + (self._switch_on(x),) for x in sw})
+        finally:
+            self.__dict__["_pinning"] = False
+        if t is not None and want in t:
+            self.__dict__.setdefault("switched_off", set()).update(sw)
+
+    def _switch_values(self, switch: str) -> tuple:
+        for group in self.env.names.values():
+            for v in group.values():
+                if v.switch == switch:
+                    return v.values
+        return ()
+
+    def _switch_on(self, switch: str):
+        """The value passing the flag gives (the field's own `Field.switch`)."""
+        return self.env.switches.get(switch, True)
 
     def env_conditions(self) -> list[tuple]:
         """(If node, branch, test text, truth set) of each `if` whose test reads a parsed argument."""
