@@ -19,6 +19,11 @@ class LoraAfterFsdpWrap(Rule):
         "sharded and their gradients are never reduced, so every rank trains its own adapter and rank 0's is saved. "
         "Inject LoRA first, then wrap."
     )
+    message_new = (
+        "New trainable {what} added to the model's modules after it was wrapped with {wrap} (line {line}): "
+        "FSDP does not shard them nor reduce their gradients, so every rank trains its own copy. Add the "
+        "adapter layers before wrapping."
+    )
     doc = """
     ## What it does
     Finds `get_peft_model`, `inject_adapter_in_model`, `PeftModel.from_pretrained` or `model.add_adapter`
@@ -259,6 +264,18 @@ class LoraAfterFsdpWrap(Rule):
                         continue
                     msg = self.message.format(wrap=label, line=ctx.line(w.node))
                     ctx.report(lora.node, msg, fix=_move_fix(ctx, lora, w))
+            for new in t.of("new_params"):
+                # The project's own adapter (`setattr(module, "lora_A", nn.Parameter(...))` over the model's
+                # modules): the same parameters FSDP never saw, whatever library or helper adds them.
+                if new.entity is None:
+                    continue
+                wraps = [w for w in t.before(new, WRAPS) if not (w.kind == "ddp" and _unwrapped_between(w, new))]
+                if wraps:
+                    w = wraps[0]
+                    label = {"wrap1": "FullyShardedDataParallel", "shard2": "fully_shard", "ddp": "DistributedDataParallel", "prepare": "accelerator.prepare"}[w.kind]
+                    name = new.data.get("name")
+                    what = f"parameter `{name}`" if isinstance(name, str) else "parameters"
+                    ctx.report(new.node, self.message_new.format(what=what, wrap=label, line=ctx.line(w.node)))
             for pol in t.of("peft_policy"):
                 if pol.entity is not None and t.after(pol, ("lora",)):
                     ctx.report(
