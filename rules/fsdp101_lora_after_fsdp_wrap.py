@@ -29,7 +29,11 @@ class LoraAfterFsdpWrap(Rule):
     Finds `get_peft_model`, `inject_adapter_in_model`, `PeftModel.from_pretrained` or `model.add_adapter`
     applied to a model that was already wrapped with `FullyShardedDataParallel`, `fully_shard`,
     `DistributedDataParallel` or `accelerator.prepare`, and peft's `fsdp_auto_wrap_policy(model)` built
-    before LoRA was injected.
+    before LoRA was injected. A project's own adapter counts too, recognised by what it does rather than
+    by its name: a trainable `nn.Parameter` set on the modules of the wrapped model (`sub.lora_a =
+    nn.Parameter(...)`, `setattr(sub, name, nn.Parameter(...))`, `sub.register_parameter(...)`), also
+    through helpers and loader chains in other modules of the project. Parameters made from
+    `distribute_tensor(...)` (sharded by the code itself) or with `requires_grad=False` are left alone.
 
     ## Why is this bad?
     FSDP (and DDP) manage only the parameters that exist when the model is wrapped. Adapter weights
@@ -142,8 +146,71 @@ class LoraAfterFsdpWrap(Rule):
         model = model.module
         peft_model = get_peft_model(model, peft_config)
         """,
+        # A project's own low-rank adapter, added before sharding: FSDP manages its parameters.
+        """
+        import torch
+        import torch.nn as nn
+        from torch.distributed.fsdp import fully_shard
+
+        def add_side_weights(net, rank):
+            for sub in net.modules():
+                if isinstance(sub, nn.Linear):
+                    sub.side_a = nn.Parameter(torch.zeros(rank, sub.in_features))
+
+        add_side_weights(model, 4)
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        """,
+        # After sharding, parameters the code shards itself (`distribute_tensor`) or keeps frozen.
+        """
+        import torch.nn as nn
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        fully_shard(model)
+        for sub in model.modules():
+            local = distribute_tensor(sub.scale_init, mesh, [Shard(0)])
+            sub.scale = nn.Parameter(local)
+            setattr(sub, "bias_table", nn.Parameter(sub.table_init, requires_grad=False))
+        """,
     ]
     INVALID = [
+        # The same adapter added after the model was sharded: its parameters belong to no FSDP unit.
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            from torch.distributed.fsdp import fully_shard
+
+            def add_side_weights(net, rank):
+                for sub in net.modules():
+                    if isinstance(sub, nn.Linear):
+                        sub.side_a = nn.Parameter(torch.zeros(rank, sub.in_features))
+
+            for block in model.blocks:
+                fully_shard(block)
+            fully_shard(model)
+            add_side_weights(model, 4)
+            """,
+            line=8,
+        ),
+        # Through `setattr` over the named modules of an FSDP1 model, in a helper.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def attach(net, names):
+                for name, sub in net.named_modules():
+                    for attr in names:
+                        setattr(sub, attr, torch.nn.Parameter(torch.zeros(8, 8)))
+
+            net = FSDP(net, use_orig_params=True)
+            attach(net, ("up", "down"))
+            """,
+            line=7,
+        ),
         # transformers shards the model inside from_pretrained when its DistributedConfig has fsdp_size > 1
         # (peft#3578): get_peft_model then injects LoRA into an FSDP2 model.
         Invalid(
