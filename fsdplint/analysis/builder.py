@@ -124,6 +124,7 @@ class Builder(Classes, Linking):
         self._instances: dict[str, str] = {}  # key of a name -> `self` of the object of the class last built into it
         self.foreign_calls: list[Call] = []
         self._deep_budget = _DEEP_BUDGET  # calls and assignments inlined beyond `_FREE_DEPTH`, per linted file
+        self._volatile = False  # set while resolving a callee that this inlining's arguments decided
 
     def _build(self) -> None:
         called: set[int] = set()

@@ -43,6 +43,9 @@ _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() f
 _WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
 
 
+_INDENTED_IMPORT = re.compile(r"^[ \t]+(?:from[ \t]+[\w.]+[ \t]+import|import)[ \t]", re.M)
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -119,9 +122,10 @@ def fact_sheet(text: str) -> dict:
     imports(tree.body)
     # Imports inside functions (`def setup(): from .lora import inject`), ahead of the module's own: a
     # name the module binds at top level keeps that meaning, one only a function imports still resolves.
-    top, sheet["imports"] = sheet["imports"], []
-    imports([n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in seen])
-    sheet["imports"] += top
+    if _INDENTED_IMPORT.search(text):
+        top, sheet["imports"] = sheet["imports"], []
+        imports([n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in seen])
+        sheet["imports"] += top
     public = dunder_all(tree.body)
     if public is not None:
         sheet["all"] = public
