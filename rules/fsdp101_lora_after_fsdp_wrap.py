@@ -19,12 +19,21 @@ class LoraAfterFsdpWrap(Rule):
         "sharded and their gradients are never reduced, so every rank trains its own adapter and rank 0's is saved. "
         "Inject LoRA first, then wrap."
     )
+    message_new = (
+        "New trainable {what} added to the model's modules after it was wrapped with {wrap} (line {line}): "
+        "FSDP does not shard them nor reduce their gradients, so every rank trains its own copy. Add the "
+        "adapter layers before wrapping."
+    )
     doc = """
     ## What it does
     Finds `get_peft_model`, `inject_adapter_in_model`, `PeftModel.from_pretrained` or `model.add_adapter`
     applied to a model that was already wrapped with `FullyShardedDataParallel`, `fully_shard`,
     `DistributedDataParallel` or `accelerator.prepare`, and peft's `fsdp_auto_wrap_policy(model)` built
-    before LoRA was injected.
+    before LoRA was injected. A project's own adapter counts too, recognised by what it does rather than
+    by its name: a trainable `nn.Parameter` set on the modules of the wrapped model (`sub.lora_a =
+    nn.Parameter(...)`, `setattr(sub, name, nn.Parameter(...))`, `sub.register_parameter(...)`), also
+    through helpers and loader chains in other modules of the project. Parameters made from
+    `distribute_tensor(...)` (sharded by the code itself) or with `requires_grad=False` are left alone.
 
     ## Why is this bad?
     FSDP (and DDP) manage only the parameters that exist when the model is wrapped. Adapter weights
@@ -137,8 +146,71 @@ class LoraAfterFsdpWrap(Rule):
         model = model.module
         peft_model = get_peft_model(model, peft_config)
         """,
+        # A project's own low-rank adapter, added before sharding: FSDP manages its parameters.
+        """
+        import torch
+        import torch.nn as nn
+        from torch.distributed.fsdp import fully_shard
+
+        def add_side_weights(net, rank):
+            for sub in net.modules():
+                if isinstance(sub, nn.Linear):
+                    sub.side_a = nn.Parameter(torch.zeros(rank, sub.in_features))
+
+        add_side_weights(model, 4)
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        """,
+        # After sharding, parameters the code shards itself (`distribute_tensor`) or keeps frozen.
+        """
+        import torch.nn as nn
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        fully_shard(model)
+        for sub in model.modules():
+            local = distribute_tensor(sub.scale_init, mesh, [Shard(0)])
+            sub.scale = nn.Parameter(local)
+            setattr(sub, "bias_table", nn.Parameter(sub.table_init, requires_grad=False))
+        """,
     ]
     INVALID = [
+        # The same adapter added after the model was sharded: its parameters belong to no FSDP unit.
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            from torch.distributed.fsdp import fully_shard
+
+            def add_side_weights(net, rank):
+                for sub in net.modules():
+                    if isinstance(sub, nn.Linear):
+                        sub.side_a = nn.Parameter(torch.zeros(rank, sub.in_features))
+
+            for block in model.blocks:
+                fully_shard(block)
+            fully_shard(model)
+            add_side_weights(model, 4)
+            """,
+            line=8,
+        ),
+        # Through `setattr` over the named modules of an FSDP1 model, in a helper.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def attach(net, names):
+                for name, sub in net.named_modules():
+                    for attr in names:
+                        setattr(sub, attr, torch.nn.Parameter(torch.zeros(8, 8)))
+
+            net = FSDP(net, use_orig_params=True)
+            attach(net, ("up", "down"))
+            """,
+            line=7,
+        ),
         # transformers shards the model inside from_pretrained when its DistributedConfig has fsdp_size > 1
         # (peft#3578): get_peft_model then injects LoRA into an FSDP2 model.
         Invalid(
@@ -259,6 +331,18 @@ class LoraAfterFsdpWrap(Rule):
                         continue
                     msg = self.message.format(wrap=label, line=ctx.line(w.node))
                     ctx.report(lora.node, msg, fix=_move_fix(ctx, lora, w))
+            for new in t.of("new_params"):
+                # The project's own adapter (`setattr(module, "lora_A", nn.Parameter(...))` over the model's
+                # modules): the same parameters FSDP never saw, whatever library or helper adds them.
+                if new.entity is None:
+                    continue
+                wraps = [w for w in t.before(new, WRAPS) if not (w.kind == "ddp" and _unwrapped_between(w, new))]
+                if wraps:
+                    w = wraps[0]
+                    label = {"wrap1": "FullyShardedDataParallel", "shard2": "fully_shard", "ddp": "DistributedDataParallel", "prepare": "accelerator.prepare"}[w.kind]
+                    name = new.data.get("name")
+                    what = f"parameter `{name}`" if isinstance(name, str) else "parameters"
+                    ctx.report(new.node, self.message_new.format(what=what, wrap=label, line=ctx.line(w.node)))
             for pol in t.of("peft_policy"):
                 if pol.entity is not None and t.after(pol, ("lora",)):
                     ctx.report(

@@ -39,6 +39,11 @@ def _hook_model(expr: cst.BaseExpression, mapping: dict) -> Optional[str]:
     if name is None or key != "model":
         return None
     return mapping.get(f"**{name}")
+# Inlining: every helper up to `_FREE_DEPTH` calls deep; beyond, until `_DEEP_BUDGET` calls and
+# assignments of deeper helpers were inlined for the linted file (at most `_MAX_DEPTH` deep).
+_FREE_DEPTH = 4
+_MAX_DEPTH = 8
+_DEEP_BUDGET = 150  # a loader chain four modules and seven calls deep takes about 50
 # Fabric's wrap points: `fabric.setup(model, *optimizers)` and `fabric.setup_module(model)`.
 FABRIC_SETUP = ("setup", "setup_module")
 
@@ -118,6 +123,8 @@ class Builder(Classes, Linking):
         self._returned: dict[int, str] = {}  # id(call node of an inlined helper) -> the key it returns
         self._instances: dict[str, str] = {}  # key of a name -> `self` of the object of the class last built into it
         self.foreign_calls: list[Call] = []
+        self._deep_budget = _DEEP_BUDGET  # calls and assignments inlined beyond `_FREE_DEPTH`, per linted file
+        self._volatile = False  # set while resolving a callee that this inlining's arguments decided
 
     def _build(self) -> None:
         called: set[int] = set()
@@ -174,7 +181,7 @@ class Builder(Classes, Linking):
                 self._foreign_seen.add(id(item))
                 self.foreign_calls.append(item)
             callee, callee_origin = self._callee(item, origin) if isinstance(item, Call) else (None, None)
-            if callee is not None and depth < 4 and id(callee) not in stack:
+            if callee is not None and id(callee) not in stack and self._may_inline(callee, depth):
                 self._known_calls.add(id(item))
                 sites = self._inline_sites.setdefault(id(callee), [])
                 if item not in sites:
@@ -217,6 +224,8 @@ class Builder(Classes, Linking):
                     rd = dotted(r)
                     if rd is not None:
                         step.returns.append(probe.key(rd))
+                    elif isinstance(r, cst.Call) and self._returned.get(id(r)):
+                        step.returns.append(self._returned[id(r)])  # `return loader.load(...)`: what that returns
                     elif isinstance(r, cst.Tuple):
                         for el in r.elements:
                             ed = dotted(el.value)
@@ -225,6 +234,16 @@ class Builder(Classes, Linking):
                     self._returned[id(item.node)] = step.returns[0]
             steps.append(step)
         return steps
+
+    def _may_inline(self, callee: Scope, depth: int) -> bool:
+        """Helpers run inline up to four calls deep; deeper ones (a loader chain) draw on a budget of inlined
+        calls per linted file, so depth costs what it runs, not a fixed cut-off."""
+        if depth < _FREE_DEPTH:
+            return True
+        if depth >= _MAX_DEPTH or self._deep_budget <= 0:
+            return False
+        self._deep_budget -= len(callee.calls) + len(callee.attr_sets) + 1
+        return True
 
     def _self_key(self, step: Step, call: Call, callee: Scope, sub_prefix: str) -> str:
         """The object a method inlined at `call` runs on: `self` of the caller for `self.m()`, the receiver
@@ -426,6 +445,13 @@ class Builder(Classes, Linking):
             if r is not None and not r.child and a.value is not None:
                 t.uf.union(step.key(a.target), r.key)
             return
+        if self._new_parameter(a.value, a.scope):
+            # `module.lora_A = nn.Parameter(...)`: a parameter the module did not have when it was wrapped.
+            obj = cst.parse_expression(a.target.rpartition(".")[0])
+            r = self.model_ref(obj, step, a) if isinstance(obj, cst.Name) else self.ref(obj, step)
+            if r is not None:
+                t.events.append(Event("new_params", step, r, {"name": a.target.rpartition(".")[2]}, t))
+            return
         if a.target.endswith(".requires_grad"):
             v = self.value(a.value, a.scope)
             if v is False and a.loops:
@@ -548,6 +574,11 @@ class Builder(Classes, Linking):
             out.append(Event("init_pg", step, None, {}, t))
         elif api == "cuda_set_device":
             out.append(Event("set_device", step, None, {}, t))
+        elif call.func == "setattr" and len(call.node.args) == 3 and self._new_parameter(call.arg(2), call.scope):
+            # `setattr(module, "lora_A", nn.Parameter(...))` over the model's modules: a project's own adapter.
+            ev("new_params", call.arg(0), name=self.value(call.arg(1), call.scope))
+        elif m == "register_parameter" and self._new_parameter(call.arg(1, "param"), call.scope):
+            ev("new_params", call.receiver, name=self.value(call.arg(0, "name"), call.scope))
         elif m is not None and call.receiver is not None:
             recv = call.receiver
             if m in FABRIC_SETUP and is_fabric(self, recv) and call.node.args:
@@ -586,6 +617,30 @@ class Builder(Classes, Linking):
                             return out
                         out.append(Event(kind, step, r, {"method": m}, t))
         return out
+
+    def _new_parameter(self, expr, scope) -> bool:
+        """`nn.Parameter(x)` (also through a name bound once), trainable: a parameter object made here. Not
+        one made of `distribute_tensor(...)` (the code places its shards itself), nor one with
+        `requires_grad=False` (no gradient to reduce)."""
+        d = dotted(expr) if isinstance(expr, cst.Name) else None
+        if d is not None:
+            expr = self.binding(d, scope)
+        call = self.call_at(expr) if isinstance(expr, cst.Call) else None
+        if call is None or call.api != "nn_Parameter":
+            return False
+        if self.value(call.arg(1, "requires_grad"), call.scope) is False:
+            return False
+        data = call.arg(0, "data")
+        for _ in range(3):
+            if isinstance(data, cst.Name):
+                data = self.binding(data.value, call.scope)
+            elif isinstance(data, cst.Call) and isinstance(data.func, cst.Attribute) and data.func.attr.value in (
+                    "to", "detach", "clone", "contiguous"):
+                data = data.func.value
+            else:
+                break
+        inner = self.call_at(data) if isinstance(data, cst.Call) else None
+        return inner is None or (inner.qualname or "").rsplit(".", 1)[-1] != "distribute_tensor"
 
     def _params_source(self, params, step: Step, call: Call, _depth: int = 0) -> tuple[Optional[Ref], bool]:
         """Which model an optimizer's params come from, and whether they were filtered: through names,

@@ -31,7 +31,7 @@ LIBRARIES = frozenset({
     "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
     "safetensors", "huggingface_hub", "torchtune", "torchao", "lightning", "pytorch_lightning",
 })
-SHEET_VERSION = 6
+SHEET_VERSION = 7
 STAR = "*"  # an import entry `[STAR, module, STAR, level]`: `from module import *`
 _MAX_FILE_BYTES = 2_000_000
 _MAX_MODULES = 128  # whole parsed modules kept per process (libcst trees are large)
@@ -41,6 +41,9 @@ _MAX_PARTS = 256
 _BUILTINS = frozenset(dir(builtins))  # never looked up through a star import
 _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
 _WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
+
+
+_INDENTED_IMPORT = re.compile(r"^[ \t]+(?:from[ \t]+[\w.]+[ \t]+import|import)[ \t]", re.M)
 
 
 def content_hash(text: str) -> str:
@@ -97,8 +100,11 @@ def fact_sheet(text: str) -> dict:
         return sheet
     lines = text.splitlines()
 
+    seen: set[int] = set()
+
     def imports(stmts):
         for node in stmts:
+            seen.add(id(node))
             if isinstance(node, ast.Import):
                 for a in node.names:
                     local = a.asname or a.name.split(".", 1)[0]
@@ -114,6 +120,12 @@ def fact_sheet(text: str) -> dict:
                 imports(node.orelse)
 
     imports(tree.body)
+    # Imports inside functions (`def setup(): from .lora import inject`), ahead of the module's own: a
+    # name the module binds at top level keeps that meaning, one only a function imports still resolves.
+    if _INDENTED_IMPORT.search(text):
+        top, sheet["imports"] = sheet["imports"], []
+        imports([n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in seen])
+        sheet["imports"] += top
     public = dunder_all(tree.body)
     if public is not None:
         sheet["all"] = public
@@ -506,11 +518,25 @@ class Project:
                         target = (path, callee)
                     else:
                         target = self.resolve(path, sheet["imports"], callee)
+                    if target is None and self._touching_method(path, sheet, callee, depth):
+                        out = True
+                        break
                     if target is not None and self.touches(*target, depth=depth + 1):
                         out = True
                         break
         self._touch[key] = out
         return out
+
+    def _touching_method(self, path: Path, sheet: dict, callee: str, depth: int) -> bool:
+        """`loader.load(...)` on a local object of a class the sheet cannot name (picked from a registry, made
+        by a factory): whether some class of the same file has a method of that name that touches a model."""
+        head, dot, meth = callee.partition(".")
+        if not dot or "." in meth or head in ("self", "cls") or head in sheet["classes"] or head in sheet["functions"]:
+            return False
+        if any(imp[0] == head for imp in sheet["imports"]):
+            return False
+        return any(meth in c["methods"] and self.touches(path, f"{name}.{meth}", depth + 1)
+                   for name, c in sheet["classes"].items())
 
     def _stamp(self, path: Path):
         hit = self._texts.get(path)

@@ -12,12 +12,14 @@ from fsdplint.analysis.records import SAME_MODEL_APIS, SAME_MODEL_METHODS
 from fsdplint.collect import Call, Scope
 from fsdplint.resolve import dotted
 
-# Bounds on the project view per linted file: modules away from it, and modules read — those the linted
-# file's own calls lead to (one hop) get a budget of their own, so that modules read on the way (two hops)
-# never crowd out a helper the file calls directly.
-_MAX_HOPS = 2
+# Bounds on the project view per linted file, as budgets of work rather than a fixed distance: modules
+# read — those the linted file's own calls lead to (one hop) get a budget of their own, so that modules
+# read on the way never crowd out a helper the file calls directly; the modules further on share one
+# budget, whatever their distance (a loader chain `train -> loader -> components -> fsdp_load` costs what
+# two helpers two hops away cost). Calls into a module already read cost nothing more.
+_MAX_HOPS = 6  # a bound on distance only against pathological chains; the budgets decide
 _MAX_MODULES = 6  # one hop away
-_MAX_DEEPER_MODULES = 4  # two hops away
+_MAX_DEEPER_MODULES = 4  # two hops or more away, together
 
 
 class Linking:
@@ -30,25 +32,38 @@ class Linking:
         callee = self._same_file_callee(call, origin.collector if origin is not None else self.c)
         if callee is not None:
             return callee, origin
-        if call.api is not None or call.func is None or call.func.startswith("self."):
+        if call.api is not None or call.func is None:
+            return None, None
+        inherited = call.func.startswith("self.")
+        if inherited and (call.func.count(".") != 1 or not call.scope.klass):
             return None, None
         if self.project is None and origin is None and not self.c.class_bases:
             return None, None
         memo = self._callees.get(id(call))
         if memo is None:
-            memo = self._callees[id(call)] = self._project_callee(call, origin)
+            outer, self._volatile = getattr(self, "_volatile", False), False
+            memo = self._project_callee(call, origin, inherited)
+            if not self._volatile:  # not decided by the arguments of this one inlining
+                self._callees[id(call)] = memo
+            self._volatile = outer or self._volatile
         return memo
 
-    def _project_callee(self, call: Call, origin) -> tuple[Optional[Scope], Any]:
+    def _project_callee(self, call: Call, origin, inherited: bool = False) -> tuple[Optional[Scope], Any]:
+        """`inherited`: `self.method()` of a class whose own body does not define it: the method of its
+        project base class (`class WanModel(ModelBase)` running `ModelBase._enable_lora(...)`)."""
         hops = self._hops.get(origin.path, 0) if origin is not None else 0
-        if hops >= _MAX_HOPS:
-            return None, None
         importer = origin.path if origin is not None else self.path
         try:
             found = None
-            if self.project is not None and importer is not None:
+            if inherited:
+                found = self._method_of((importer, call.scope.klass), call.func[5:], 0)
+                if found is None:
+                    return None, None
+                if origin is None and found[0] == self.path:
+                    return self.c.methods.get(tuple(found[1].split(".", 1))), None
+            elif self.project is not None and importer is not None:
                 found = self.project.resolve(importer, self._imports(origin), call.func)
-            if found is None:
+            if found is None and not inherited:
                 found = self._class_callee(call, origin, importer)
                 if found is not None and origin is None and found[0] == self.path:
                     # A method of a class of the linted file itself.
@@ -62,8 +77,9 @@ class Linking:
             if path == self.path:  # the linted file, imported back from another module
                 fm, c = None, self.c
             else:
-                if path not in self._hops and sum(1 for h in self._hops.values() if h == hops + 1) >= (
-                        _MAX_MODULES if hops == 0 else _MAX_DEEPER_MODULES):
+                if path not in self._hops and (hops + 1 > _MAX_HOPS or sum(
+                        1 for h in self._hops.values() if (h == 1) is (hops == 0)) >= (
+                        _MAX_MODULES if hops == 0 else _MAX_DEEPER_MODULES)):
                     return None, None  # bounded work per linted file: further modules stay unknown
                 fm = self.project.module(path, qual)
                 if fm is None:
@@ -214,7 +230,12 @@ class Linking:
             key = (id(scope), expr.value, id(origin))
             if key not in memo:
                 memo[key] = None  # recursion guard
-                memo[key] = self._name_class(expr, scope, origin, importer, depth)
+                outer, self._volatile = getattr(self, "_volatile", False), False
+                found = memo[key] = self._name_class(expr, scope, origin, importer, depth)
+                if self._volatile:
+                    del memo[key]
+                self._volatile = outer or self._volatile
+                return found
             return memo[key]
         if not isinstance(expr, cst.Call):
             return None
@@ -232,12 +253,72 @@ class Linking:
         if self.project is None or importer is None:
             return None
         target = self.project.resolve(importer, self._imports(origin), f)
+        if target is None and "." in f and f.partition(".")[0] in self.project.sheet(importer)["classes"]:
+            target = (importer, f) if self.project.function(importer, f) is not None else None  # `Base.create(...)`
         fn = self.project.function(*target) if target is not None else None
         made = fn.get("made") if fn is not None else None
-        if not made or len(made) != 1:
+        if not made:
             return None
+        if len(made) != 1:
+            return self._registry_class(target, expr, scope)
         sheet = self.project.sheet(target[0])
         return self.project.resolve_class(target[0], sheet["imports"], made[0])
+
+    def _registry_class(self, target: tuple, call: cst.Call, scope: Optional[Scope]):
+        """A factory that builds the class a literal table maps its argument to (`loader_cls, _ =
+        LOADERS[kind]; return loader_cls()`), called with a known key (`make_loader("transformer")`):
+        (file, class) of that entry; None when the key, the table or the entry is not known."""
+        path, qual = target
+        fm = self.project.module(path, qual)
+        if fm is None:
+            return None
+        cls, _, meth = qual.rpartition(".")
+        fn = fm.collector.methods.get((cls, meth)) if cls else fm.collector.functions.get(meth)
+        if fn is None or not isinstance(fn.node, cst.FunctionDef):
+            return None
+        built = {r.func.value for r in fn.returns if isinstance(r, cst.Call) and isinstance(r.func, cst.Name)}
+        found = None
+        for node in _statements(fn.node.body):
+            if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Subscript)):
+                continue
+            tgt, index = node.targets[0].target, None
+            if isinstance(tgt, (cst.Tuple, cst.List)):
+                names = [e.value.value if isinstance(e.value, cst.Name) else None for e in tgt.elements]
+                hit = [i for i, n in enumerate(names) if n in built]
+                if len(hit) != 1:
+                    continue
+                index = hit[0]
+            elif not (isinstance(tgt, cst.Name) and tgt.value in built):
+                continue
+            table, sl = node.value.value, node.value.slice
+            if not (isinstance(table, cst.Name) and len(sl) == 1 and isinstance(sl[0].slice, cst.Index)
+                    and isinstance(sl[0].slice.value, cst.Name)):
+                continue
+            key = sl[0].slice.value.value
+            params = fn.params[1:] if fn.params[:1] in (["self"], ["cls"]) else fn.params
+            if key not in params or found is not None:
+                return None
+            found = (table.value, params.index(key), key, index)
+        if found is None:
+            return None
+        table, pos, key, index = found
+        at = self.call_at(call)
+        value = self.value(at.arg(pos, key), scope) if at is not None else None
+        bound = fn.assigns.get(table) or fm.collector.module_scope.assigns.get(table) or ()
+        literal = bound[0][1] if len(bound) == 1 else None
+        if not isinstance(value, str) or not isinstance(literal, cst.Dict):
+            return None
+        self._volatile = True  # the key came from this inlining's arguments: another one may pass another
+        for el in literal.elements:
+            if isinstance(el, cst.DictElement) and self.value(el.key, fn) == value:
+                entry = el.value
+                if index is not None:
+                    if not isinstance(entry, (cst.Tuple, cst.List)) or index >= len(entry.elements):
+                        return None
+                    entry = entry.elements[index].value
+                name = dotted(entry)
+                return self.project.resolve_class(path, self.project.sheet(path)["imports"], name) if name else None
+        return None
 
     def _name_class(self, expr: cst.Name, scope, origin, importer, depth: int):
         vals = self._assignments(expr.value, scope, origin) if scope is not None else None
@@ -318,3 +399,26 @@ class Linking:
                 site = next((self._scope_sites[id(s)] for s in fm.collector.scopes if id(s) in self._scope_sites), None)
             return fm, site, scope
         return None
+
+
+def _statements(block, depth: int = 0):
+    """The simple statements of a block, through `if`/`for`/`while`/`with`/`try` (not nested definitions)."""
+    for stmt in getattr(block, "body", ()):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            yield from stmt.body
+        elif isinstance(stmt, cst.BaseCompoundStatement) and not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            yield from _compound(stmt, depth)
+
+
+def _compound(stmt, depth: int):
+    if depth > 6:
+        return
+    yield from _statements(stmt.body, depth + 1)
+    for h in getattr(stmt, "handlers", ()):
+        yield from _statements(h.body, depth + 1)
+    for name in ("orelse", "finalbody"):
+        part = getattr(stmt, name, None)
+        if isinstance(part, cst.If):
+            yield from _compound(part, depth + 1)
+        elif part is not None:
+            yield from _statements(part.body, depth + 1)
