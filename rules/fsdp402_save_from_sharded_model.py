@@ -506,6 +506,9 @@ def _check_fsdp1_state_dict(ctx, a, t, ev, launch) -> None:
         return
     if a.rank_guard(ev.step) is not None:
         return  # a gather on some ranks only: FSDP401's hang
+    if not any(c.method in _WRITERS or c.api == "torch_save" or (c.func or "").rsplit(".", 1)[-1] in _WRITERS
+               for c in call.scope.calls):
+        return  # a dict read to compare or load weights, not a checkpoint: its function writes nothing
     ctx.report(
         ev.node,
         "state_dict() of an FSDP1 model with no state_dict_type set uses FSDP1's default FULL_STATE_DICT, "
@@ -516,6 +519,10 @@ def _check_fsdp1_state_dict(ctx, a, t, ev, launch) -> None:
         "copy goes to rank 0's CPU only — or use accelerator.get_state_dict(model) / trainer.save_model().",
         severity=Severity.WARNING,
     )
+
+
+# Calls that write a checkpoint (`torch.save`, `accelerator.save`, `trainer._save`, safetensors' `save_file`).
+_WRITERS = frozenset({"save", "_save", "save_file", "save_model", "save_pretrained"})
 
 
 def _trainer_model(ev) -> bool:
