@@ -74,8 +74,9 @@ def library_4bit_configs(ctx, a) -> list[LibraryQuant]:
 
 
 def _own_definition(ctx, api: str):
-    """When the linted tree is the library itself (it holds the top-level package of `api`'s names, and its
-    setup.py/pyproject.toml names that package), the function is the tree's own, not a release's: returns
+    """When the linted tree is the library itself (it holds, at the path of one of `api`'s qualified names,
+    the module that defines the function: `trl/trainer/utils.py` with `def get_quantization_config`), the
+    script's import runs the tree's function, not a release's: returns
     ("file:line", storage spec) read from its source — `("absent",)` when its 4-bit `BitsAndBytesConfig(...)`
     passes no `bnb_4bit_quant_storage`, `("arg_attr", field)` for `<first parameter>.<field>`, None when it
     cannot be read. None when the tree does not define the function (the release table decides)."""
@@ -93,13 +94,13 @@ def _own_definition(ctx, api: str):
     cache[api] = None
     for qual in sorted(QUALIFIED.get(api, ()), key=lambda q: -q.count(".")):  # the defining module first
         *mod, name = qual.split(".")
-        if len(mod) < 1 or not _names_package(root, mod[0]):
-            continue
+        if len(mod) < 2:
+            continue  # a name re-exported by the package's __init__ says nothing of where it is defined
         path = None
         for base in (root, root / "src"):
             stem = base.joinpath(*mod)
             for cand in (stem.with_name(stem.name + ".py"), stem / "__init__.py"):
-                if cand.is_file() and (base / mod[0] / "__init__.py").is_file():
+                if cand.is_file():
                     path = cand
                     break
             if path is not None:
@@ -117,20 +118,6 @@ def _own_definition(ctx, api: str):
         cache[api] = (f"{rel}:{fn.lineno}", _storage_spec(fn))
         return cache[api]
     return None
-
-
-def _names_package(root, package: str) -> bool:
-    """setup.py / pyproject.toml / setup.cfg of `root` name `package` (the tree is that distribution)."""
-    import re
-
-    pat = re.compile(r"""(?m)(name\s*=\s*["']%s["'])|(\bname\s*=\s*%s\s*$)""" % (re.escape(package), re.escape(package)))
-    for f in ("pyproject.toml", "setup.py", "setup.cfg"):
-        try:
-            if pat.search((root / f).read_text(encoding="utf-8", errors="replace")):
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def _storage_spec(fn):

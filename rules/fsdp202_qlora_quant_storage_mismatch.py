@@ -63,8 +63,8 @@ class QloraQuantStorageMismatch(Rule):
 
     ## Versions
     `bnb_4bit_quant_storage` exists from bitsandbytes 0.43.0. trl's `get_quantization_config` sets the storage
-    by release (none before 0.10; `behaviour.py`); in trl's own repository (the tree holds the `trl` package
-    and its pyproject/setup names it) the tree's `trl/trainer/utils.py` is read instead of the release table.
+    by release (none before 0.10; `behaviour.py`); in trl's own repository (the tree holds
+    `trl/trainer/utils.py` defining it) the tree's function is read instead of the release table.
 
     ## References
     - bitsandbytes docs fsdp_qlora.md; bnb#970

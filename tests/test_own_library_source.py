@@ -3,7 +3,7 @@
 fsdplint knows what trl's `get_quantization_config` builds in each trl release (apis.RETURNED_CONFIGS). In
 trl's own repository the script's `from trl import get_quantization_config` runs the tree's function, whatever
 release a pin names, so the tree's source decides the 4-bit storage. Each test writes a small library tree
-(its pyproject names the package) with an example script and an FSDP1 launch, and runs the real CLI on it.
+(the package, an example script, an FSDP1 launch) and runs the real CLI on it.
 """
 
 from __future__ import annotations
@@ -57,14 +57,17 @@ LAUNCH = ("accelerate launch --config_file fsdp.yaml examples/sft.py --load_in_4
           "--use_peft")
 
 
-def _tree(tmp_path: Path, storage: str, package: str = "trl", pin: str = "trl==0.12.0") -> Path:
+def _tree(tmp_path: Path, storage: str, pin: str = "trl==0.12.0", whole: bool = True) -> Path:
     root = tmp_path / "repo"
+    package = {
+        "pyproject.toml": "[project]\nname = 'trl'\n",
+        "trl/__init__.py": "from .trainer.utils import get_quantization_config\n",
+        "trl/trainer/__init__.py": "",
+    } if whole else {}
     files = {
-        "pyproject.toml": f"[project]\nname = '{package}'\n",
+        **package,
         "requirements.txt": pin + "\ntorch==2.4.0\nbitsandbytes==0.43.1\n",
-        f"{package}/__init__.py": "from .trainer.utils import get_quantization_config\n",
-        f"{package}/trainer/__init__.py": "",
-        f"{package}/trainer/utils.py": HELPER.format(storage=storage),
+        "trl/trainer/utils.py": HELPER.format(storage=storage),
         "examples/sft.py": SCRIPT,
         "fsdp.yaml": FSDP1_YAML,
         "launch.sh": "#!/bin/bash\n" + LAUNCH + "\n",
@@ -76,7 +79,7 @@ def _tree(tmp_path: Path, storage: str, package: str = "trl", pin: str = "trl==0
 
 
 def _fsdp202(root: Path) -> list[dict]:
-    r = CliRunner().invoke(main, ["check", str(root / "examples" / "sft.py"), "--exit-zero", "--no-cache",
+    r = CliRunner().invoke(main, ["check", str(root), "--exit-zero", "--no-cache",
                                   "--output-format", "json", "--select", "FSDP202"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     return [f for f in json.loads(r.stdout) if f["code"] == "FSDP202"]
@@ -87,6 +90,12 @@ def test_the_trees_own_helper_without_storage_is_reported_whatever_release_is_pi
     (f,) = _fsdp202(_tree(tmp_path, storage=""))
     assert f["severity"] == "error"
     assert f["location"]["row"] == 5  # the get_quantization_config(model_args) call
+    assert "trl/trainer/utils.py:4" in f["message"]
+
+
+def test_a_checkout_of_the_module_alone_is_read_too(tmp_path):
+    # Only trl/trainer/utils.py and the script, as a partial checkout holds them.
+    (f,) = _fsdp202(_tree(tmp_path, storage="", whole=False))
     assert "trl/trainer/utils.py:4" in f["message"]
 
 
