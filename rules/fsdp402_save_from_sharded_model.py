@@ -30,8 +30,9 @@ class SaveFromShardedModel(Rule):
     FSDP1 `state_dict()` outside a `state_dict_type` context: of the unwrapped model
     (`accelerator.unwrap_model(model)`, `model.module`), an error when the root is the only unit (no auto-wrap
     policy in the code, or accelerate's default `NO_WRAP` under an FSDP1 launch) and a warning with nested
-    units; of the wrapper itself (`trainer.model`, the prepared or `FSDP(...)` model), a warning: FSDP1's
-    default FULL_STATE_DICT gathers the whole model, unoffloaded, on every rank's GPU.
+    units; of the wrapper itself (`trainer.model`, the prepared or `FSDP(...)` model) in a function that writes
+    a checkpoint and sets no `state_dict_type` anywhere, a warning: FSDP1's default FULL_STATE_DICT gathers
+    the whole model, unoffloaded, on every rank's GPU.
 
     ## Why is this bad?
     A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
@@ -230,6 +231,34 @@ class SaveFromShardedModel(Rule):
             weights = net.state_dict()
         if rank == 0:
             torch.save(weights, "weights.pt")
+        """,
+        # A checkpoint helper with an FSDP path (gathered to rank 0's CPU) and a plain one, chosen by a flag.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+        def checkpoint(net, path, sharded):
+            if sharded:
+                cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+                with FSDP.state_dict_type(net, StateDictType.FULL_STATE_DICT, cfg):
+                    weights = net.state_dict()
+            else:
+                weights = net.state_dict()
+            torch.save(weights, path)
+
+        net = FSDP(net, auto_wrap_policy=policy)
+        checkpoint(net, "weights.pt", sharded=use_fsdp)
+        """,
+        # A state dict read to compare weights, not written: no checkpoint.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def unchanged(net, before):
+            return all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+        net = FSDP(net, auto_wrap_policy=policy)
+        assert not unchanged(net, initial)
         """,
         # `.module` of a DDP model is the whole model on every rank.
         """
@@ -476,8 +505,8 @@ def _check_fsdp1_state_dict(ctx, a, t, ev, launch) -> None:
     may wrap every module). Of the wrapper itself: FSDP1's default FULL_STATE_DICT gathers the full model,
     unoffloaded, on every rank (a warning: complete, but the whole model lands on each rank's device)."""
     call = ev.call
-    if call is None or call.receiver is None or ev.entity is None:
-        return
+    if call is None or call.receiver is None or ev.entity is None or a.fsdp_branch(ev.step) is False:
+        return  # (or in a branch that runs only without FSDP)
     if any(w for w in a.enclosing_withs(ev.step) if "state_dict_type" in a.code(w)) or a.method_calls(
             "set_state_dict_type"):
         return  # the code chose the state-dict type (FSDP401 judges a gather under a rank guard)
@@ -509,6 +538,8 @@ def _check_fsdp1_state_dict(ctx, a, t, ev, launch) -> None:
     if not any(c.method in _WRITERS or c.api == "torch_save" or (c.func or "").rsplit(".", 1)[-1] in _WRITERS
                for c in call.scope.calls):
         return  # a dict read to compare or load weights, not a checkpoint: its function writes nothing
+    if any(c.method == "state_dict_type" for c in call.scope.calls):
+        return  # the function gathers under a state_dict_type elsewhere: this is its path without FSDP
     ctx.report(
         ev.node,
         "state_dict() of an FSDP1 model with no state_dict_type set uses FSDP1's default FULL_STATE_DICT, "
