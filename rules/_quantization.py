@@ -26,6 +26,9 @@ class LibraryQuant:
     storage: Any  # the storage dtype's value, None for bitsandbytes' default (uint8), UNKNOWN when not known
     behaviour: Optional[str]  # the behaviour.py entry for the target release (None: the release is unknown)
     field: Optional[str]  # the argument's field the storage comes from (None: none is passed)
+    # "file:line" of the function in the linted tree when the tree is that library (its source decides, not
+    # the release table).
+    source: Optional[str] = None
 
     @property
     def node(self):
@@ -49,6 +52,13 @@ def library_4bit_configs(ctx, a) -> list[LibraryQuant]:
 
             if read(fields["load_in_4bit"]) is not True:
                 continue
+            own = _own_definition(ctx, api)
+            if own is not None:
+                where, spec = own
+                if spec is not None:
+                    out.append(LibraryQuant(call, None if spec[0] == "absent" else read(spec), None,
+                                            spec[1] if spec[0] == "arg_attr" else None, where))
+                continue
             chosen = next(((key, f) for key, f in by_version
                            if behaviour.holds(key, ctx.version(behaviour.BEHAVIOURS[key].package))), None)
             if chosen is None:  # the release is unknown: which storage it sets cannot be told
@@ -61,3 +71,73 @@ def library_4bit_configs(ctx, a) -> list[LibraryQuant]:
             else:
                 out.append(LibraryQuant(call, read(spec), key, spec[1]))
     return out
+
+
+def _own_definition(ctx, api: str):
+    """When the linted tree is the library itself (it holds, at the path of one of `api`'s qualified names,
+    the module that defines the function: `trl/trainer/utils.py` with `def get_quantization_config`), the
+    script's import runs the tree's function, not a release's: returns
+    ("file:line", storage spec) read from its source — `("absent",)` when its 4-bit `BitsAndBytesConfig(...)`
+    passes no `bnb_4bit_quant_storage`, `("arg_attr", field)` for `<first parameter>.<field>`, None when it
+    cannot be read. None when the tree does not define the function (the release table decides)."""
+    import ast
+
+    from fsdplint.apis import QUALIFIED
+
+    project = getattr(ctx, "project", None)
+    root = getattr(project, "root", None)
+    if root is None:
+        return None
+    cache = ctx.__dict__.setdefault("_own_definitions", {})
+    if api in cache:
+        return cache[api]
+    cache[api] = None
+    for qual in sorted(QUALIFIED.get(api, ()), key=lambda q: -q.count(".")):  # the defining module first
+        *mod, name = qual.split(".")
+        if len(mod) < 2:
+            continue  # a name re-exported by the package's __init__ says nothing of where it is defined
+        path = None
+        for base in (root, root / "src"):
+            stem = base.joinpath(*mod)
+            for cand in (stem.with_name(stem.name + ".py"), stem / "__init__.py"):
+                if cand.is_file():
+                    path = cand
+                    break
+            if path is not None:
+                break
+        if path is None:
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        if fn is None:
+            continue
+        rel = path.relative_to(root).as_posix()
+        cache[api] = (f"{rel}:{fn.lineno}", _storage_spec(fn))
+        return cache[api]
+    return None
+
+
+def _storage_spec(fn):
+    """The storage spec of the 4-bit `BitsAndBytesConfig(...)` that function `fn` builds (see _own_definition)."""
+    import ast
+
+    param = fn.args.args[0].arg if fn.args.args else None
+    specs = set()
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Call) and (getattr(node.func, "id", None) or getattr(node.func, "attr", None))
+                == "BitsAndBytesConfig"):
+            continue
+        kws = {k.arg: k.value for k in node.keywords if k.arg}
+        if None in [k.arg for k in node.keywords] or "load_in_4bit" not in kws:
+            continue  # (an 8-bit config, or one built from **kwargs)
+        v = kws.get("bnb_4bit_quant_storage")
+        if v is None:
+            specs.add(("absent",))
+        elif isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == param:
+            specs.add(("arg_attr", v.attr))
+        else:
+            return None
+    return specs.pop() if len(specs) == 1 else None

@@ -53,3 +53,46 @@ def saves_no_weights(a, ev) -> bool:
         return False
     recv = a.code(call.receiver)
     return bool(_NOT_MODEL.search(recv.split("(")[0].rsplit(".", 1)[-1]))
+
+
+def unwrapped_receiver(a, expr, scope, _depth: int = 0) -> bool:
+    """`accelerator.unwrap_model(m)` or `m.module` (also through a name bound to one): the module inside the
+    root FSDP1 unit. accelerate 1.15 `extract_model_from_parallel` strips an FSDP wrapper with `model.module`,
+    so both read the root's parameters as its inner module holds them (flat-parameter shards), not through
+    the root's state-dict hooks."""
+    import libcst as cst
+
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "unwrap_model":
+        return bool(expr.args) and "accelerator" in a.code(expr.func.value).lower()
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "module":
+        return True
+    if isinstance(expr, cst.Name) and _depth < 3:
+        bound = a.binding(expr.value, scope)
+        return bound is not None and unwrapped_receiver(a, bound, scope, _depth + 1)
+    return False
+
+
+# Launch settings that give accelerate's FSDP1 plugin an auto-wrap policy (accelerate 1.15 utils/dataclasses.py:
+# without them `auto_wrap_policy` is "NO_WRAP": the whole model is one unit).
+_POLICY_KEYS = ("auto_wrap_policy", "transformer_layer_cls_to_wrap", "transformer_cls_names_to_wrap", "min_num_params")
+
+
+def fsdp1_one_unit(a, t, ev) -> Optional[bool]:
+    """Is the FSDP1 root of `ev`'s model its only unit (no auto-wrap policy)? True/False when the code or the
+    launch says so, None when it cannot be told (or the model is not FSDP1)."""
+    state = t.wrap_state(ev.entity, ev.seq, at=ev) if ev.entity else None
+    if state == "fsdp1":
+        wraps = [w for w in t.before(ev, ("wrap1",)) if w.ref is not None and not w.ref.child]
+        if not wraps or any(w.call is None or w.call.star_kwargs() for w in wraps):
+            return None
+        return not any(a.keyword(w.call, "auto_wrap_policy") is not None for w in wraps)
+    facts = getattr(a, "launch", None)
+    if state is not None or facts is None or facts.fsdp_version != 1 or not t.before(ev, ("prepare",)):
+        return None
+    if facts.get("sharding") is not None:
+        return None  # the Trainer's `--fsdp` options: not accelerate's plugin defaults
+    for key in _POLICY_KEYS:
+        s = facts.get(key)
+        if s is not None:
+            return str(s.value).strip().upper() == "NO_WRAP" if s.value is not None else None
+    return True  # accelerate's default NO_WRAP

@@ -62,7 +62,9 @@ class QloraQuantStorageMismatch(Rule):
     dtype no fix is offered.
 
     ## Versions
-    `bnb_4bit_quant_storage` exists from bitsandbytes 0.43.0.
+    `bnb_4bit_quant_storage` exists from bitsandbytes 0.43.0. trl's `get_quantization_config` sets the storage
+    by release (none before 0.10; `behaviour.py`); in trl's own repository (the tree holds
+    `trl/trainer/utils.py` defining it) the tree's function is read instead of the release table.
 
     ## References
     - bitsandbytes docs fsdp_qlora.md; bnb#970
@@ -457,12 +459,13 @@ class QloraQuantStorageMismatch(Rule):
         """A library function that builds the 4-bit config (apis.RETURNED_CONFIGS, e.g. trl's
         get_quantization_config): its storage field on the target release of that library."""
         for q in library_4bit_configs(ctx, a):
-            if q.behaviour is None or q.storage is not None or not a.fsdp1_at(q.call):
+            if (q.behaviour is None and q.source is None) or q.storage is not None or not a.fsdp1_at(q.call):
                 continue  # (an unknown release: which storage it sets cannot be told)
-            b = behaviour.BEHAVIOURS[q.behaviour]
+            whose = (f"this tree's own {q.source}" if q.source is not None
+                     else ctx.version(behaviour.BEHAVIOURS[q.behaviour].package).describe())
             ctx.report(
                 q.node,
-                f"{ctx.code(q.node.func)}() of {ctx.version(b.package).describe()} builds the 4-bit config "
+                f"{ctx.code(q.node.func)}() of {whose} builds the 4-bit config "
                 "without bnb_4bit_quant_storage, so the weights are stored as uint8 and FSDP1 cannot flatten "
                 "integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). Pass "
                 "quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=<the dtype the "

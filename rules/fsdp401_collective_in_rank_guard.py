@@ -2,7 +2,7 @@ from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
-from fsdplint.rules._wrapped import saves_no_weights
+from fsdplint.rules._wrapped import fsdp1_one_unit, saves_no_weights, unwrapped_receiver
 
 _ACCELERATE = {"accelerator.get_state_dict", "accelerator.save_state", "accelerator.save_model"}
 
@@ -147,6 +147,21 @@ class CollectiveInRankGuard(Rule):
             torch.save(model.module.state_dict(), "model.pt")
             model.module.save_pretrained("out")
         """,
+        # accelerate's FSDP1 with no auto-wrap policy: the unwrapped model holds no FSDP unit, so its
+        # state_dict() gathers nothing (it reads this rank's shard: FSDP402's finding).
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            accelerator = Accelerator()
+            net = AutoModelForCausalLM.from_pretrained(name)
+            net, opt = accelerator.prepare(net, opt)
+            if accelerator.is_main_process:
+                torch.save(accelerator.unwrap_model(net).state_dict(), "weights.pt")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
         # FSDP2 state_dict() is local: no collective (FSDP402 checks what is saved).
         """
         import torch.distributed as dist
@@ -724,6 +739,9 @@ def _collective(a, t, ev, launch):
         if built is not None and a.value(a.keyword(built, "full_state_dict") or None, call.scope) is True:
             return "get_model_state_dict(full_state_dict=True)"
         return None
+    if ev.kind == "state_dict" and api is None and fsdp1_one_unit(a, t, ev) and unwrapped_receiver(
+            a, call.receiver, call.scope):
+        return None  # the inner module of a one-unit FSDP1 root holds no FSDP unit: no gather (FSDP402's shard)
     label = {"save": "save_pretrained()", "state_dict": "state_dict()"}[ev.kind]
     if api == "get_peft_model_state_dict":
         label = "get_peft_model_state_dict()"

@@ -2,7 +2,7 @@ from fsdplint import behaviour
 from fsdplint.analysis.lightning import lightning_fsdp
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
-from fsdplint.rules._wrapped import saves_no_weights
+from fsdplint.rules._wrapped import fsdp1_one_unit, saves_no_weights, unwrapped_receiver
 
 
 class SaveFromShardedModel(Rule):
@@ -12,7 +12,7 @@ class SaveFromShardedModel(Rule):
     sides = "S"
     summary = (
         "adapter/model saved from a sharded model without a full-state-dict gather (unwrapped "
-        "`.module.save_pretrained`, `torch.save(model.state_dict())` under FSDP2): saves one shard"
+        "`.module.save_pretrained`/`.state_dict()`, `torch.save(model.state_dict())` under FSDP2): saves one shard"
     )
     versions = {"torch": ">=2.4"}
     doc = """
@@ -26,6 +26,13 @@ class SaveFromShardedModel(Rule):
     `FSDPStrategy` before Lightning 2.1 (`ModelCheckpoint`, `trainer.save_checkpoint`, or the default
     checkpoint, a warning), which hold the unwrapped LightningModule's `state_dict()`, unless a strategy
     subclass overrides `lightning_module_state_dict`.
+
+    FSDP1 `state_dict()` outside a `state_dict_type` context: of the unwrapped model
+    (`accelerator.unwrap_model(model)`, `model.module`), an error when the root is the only unit (no auto-wrap
+    policy in the code, or accelerate's default `NO_WRAP` under an FSDP1 launch) and a warning with nested
+    units; of the wrapper itself (`trainer.model`, the prepared or `FSDP(...)` model) in a function that writes
+    a checkpoint and sets no `state_dict_type` anywhere, a warning: FSDP1's default FULL_STATE_DICT gathers
+    the whole model, unoffloaded, on every rank's GPU.
 
     ## Why is this bad?
     A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
@@ -63,6 +70,16 @@ class SaveFromShardedModel(Rule):
     `fsdplint/behaviour.py`, `save_pretrained_gathers_dtensors`). Lightning: 2.1.0 made the Trainer's
     FSDPStrategy gather a full state dict (`lightning_module_state_dict`, #16558; read in 1.9.5, 2.0.0 and
     2.1.0); an unknown Lightning version is not reported.
+
+    FSDP1 `state_dict()`, measured with `python bench/fsdp402_cpu_check.py` (torch 2.13.0, CPU, 2 gloo ranks,
+    one training step; accelerate 1.15 `extract_model_from_parallel` unwraps FSDP with `model.module`): with no
+    auto-wrap policy, `model.module.state_dict()` holds only `_flat_param` (use_orig_params=False) or each
+    weight as a 1-D slice or an empty tensor (use_orig_params=True: 2 and 3 of 11 keys intact on ranks 0 and 1,
+    those that fall wholly in the rank's shard); with one unit per block, the blocks' 8 keys are gathered and
+    the root's own 3 (embedding, head) are missing or sliced. The wrapper's `state_dict()` under the default
+    type (`FullStateDictConfig(offload_to_cpu=False, rank0_only=False)`) holds all 2144 elements on both ranks;
+    with `rank0_only=True` rank 1 holds none. accelerate 1.15 defaults `fsdp_auto_wrap_policy` to `NO_WRAP`
+    (utils/dataclasses.py) and does not set a state-dict type on the prepared model.
 
     ## References
     - pytorch#122903, pytorch#143536; accelerate#2000, accelerate#4206
@@ -104,7 +121,9 @@ class SaveFromShardedModel(Rule):
             """,
             options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
         ),
-        # FSDP1 with nested units and the default FULL_STATE_DICT: the inner state_dict is gathered.
+        # FSDP1 with nested units and the default FULL_STATE_DICT: the nested units' parameters (a LoRA adapter
+        # in the blocks) are gathered by their own state-dict hooks. (The root unit's own parameters are not —
+        # measured, see Versions — which a full-model save would miss; this save is left to the adapter case.)
         """
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         model = FSDP(model, auto_wrap_policy=policy)
@@ -186,7 +205,128 @@ class SaveFromShardedModel(Rule):
             target={"transformers": "5.24.0"},
         ),
     ]
+    VALID += [
+        # accelerate FSDP1: get_state_dict gathers a full dict on every rank; rank 0 writes it.
+        Valid(
+            """
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            accelerator = Accelerator()
+            net = AutoModelForCausalLM.from_pretrained(name)
+            net, opt = accelerator.prepare(net, opt)
+            train(net, opt)
+            weights = accelerator.get_state_dict(net)
+            accelerator.save(weights, "weights.pt")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
+        # The wrapper's state_dict() inside a FULL_STATE_DICT context offloaded to rank 0's CPU.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+        net = FSDP(net, auto_wrap_policy=policy)
+        train(net)
+        cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+        with FSDP.state_dict_type(net, StateDictType.FULL_STATE_DICT, cfg):
+            weights = net.state_dict()
+        if rank == 0:
+            torch.save(weights, "weights.pt")
+        """,
+        # A checkpoint helper with an FSDP path (gathered to rank 0's CPU) and a plain one, chosen by a flag.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType, FullStateDictConfig
+
+        def checkpoint(net, path, sharded):
+            if sharded:
+                cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+                with FSDP.state_dict_type(net, StateDictType.FULL_STATE_DICT, cfg):
+                    weights = net.state_dict()
+            else:
+                weights = net.state_dict()
+            torch.save(weights, path)
+
+        net = FSDP(net, auto_wrap_policy=policy)
+        checkpoint(net, "weights.pt", sharded=use_fsdp)
+        """,
+        # A state dict read to compare weights, not written: no checkpoint.
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        def unchanged(net, before):
+            return all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+        net = FSDP(net, auto_wrap_policy=policy)
+        assert not unchanged(net, initial)
+        """,
+        # `.module` of a DDP model is the whole model on every rank.
+        """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        net = DDP(net)
+        train(net)
+        torch.save(net.module.state_dict(), "weights.pt")
+        """,
+    ]
     INVALID = [
+        # accelerate's FSDP1 with no auto-wrap policy: the unwrapped model is the root unit's inner module,
+        # whose parameters are this rank's flat shard.
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            accelerator = Accelerator()
+            net = AutoModelForCausalLM.from_pretrained(name)
+            net, opt = accelerator.prepare(net, opt)
+            train(net, opt)
+            inner = accelerator.unwrap_model(net)
+            torch.save(inner.state_dict(), "weights.pt")
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+            line=9,
+        ),
+        # The same through `.module` of a model wrapped by hand as one unit.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            net = FSDP(net, use_orig_params=True)
+            train(net)
+            torch.save(net.module.state_dict(), "weights.pt")
+            """,
+            line=5,
+        ),
+        # Nested units: the blocks are gathered, the root's own embeddings and head are not (a warning).
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            net = FSDP(net, auto_wrap_policy=policy)
+            train(net)
+            torch.save(net.module.state_dict(), "weights.pt")
+            """,
+            line=5,
+            severity="warning",
+        ),
+        # The wrapper's state_dict() under FSDP1's default: complete, but the whole model is gathered,
+        # unoffloaded, on every rank's GPU (a warning).
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            net = FSDP(net, auto_wrap_policy=policy)
+            train(net)
+            weights = {k: v.cpu() for k, v in net.state_dict().items()}
+            if rank == 0:
+                torch.save(weights, "weights.pt")
+            """,
+            line=5,
+            severity="warning",
+        ),
+    ]
+    INVALID += [
         # A TrainerCallback gets the Trainer's own model as `model=`: sharded under FSDP.
         Invalid(
             """
@@ -284,6 +424,9 @@ class SaveFromShardedModel(Rule):
             for ev in t.events:
                 if ev.entity is None or (ev.ref is not None and ev.ref.child):
                     continue
+                if ev.kind == "state_dict" and ev.data.get("method") == "state_dict":
+                    _check_fsdp1_state_dict(ctx, a, t, ev, launch)
+                    continue
                 what = self._saved(a, t, ev, launch, sharded_type)
                 if what is None or a.fsdp_branch(ev.step) is False:
                     continue
@@ -347,7 +490,70 @@ class SaveFromShardedModel(Rule):
                 return f"save_pretrained() on a model {by} sharded with FSDP2"
             if launch == 1 and sharded_type:
                 return "save_pretrained() under fsdp_state_dict_type SHARDED_STATE_DICT"
+            if launch == 1 and not trainers and fsdp1_one_unit(a, t, ev) and unwrapped_receiver(
+                    a, call.receiver, call.scope):
+                return "save_pretrained() on accelerate's FSDP1 model wrapped as one unit (no auto-wrap policy)"
         return None
+
+
+def _check_fsdp1_state_dict(ctx, a, t, ev, launch) -> None:
+    """`.state_dict()` of an FSDP1 model outside a `state_dict_type` context (measured: bench/fsdp402_cpu_check.py).
+
+    Of the unwrapped model (`accelerator.unwrap_model(m)`, `m.module`): the root unit's own parameters are
+    flat-parameter shards (`_flat_param`, or 1-D/empty views with use_orig_params=True) — none of the weights
+    with no auto-wrap policy (an error), the root's own ones (embeddings, head) with one (a warning: a policy
+    may wrap every module). Of the wrapper itself: FSDP1's default FULL_STATE_DICT gathers the full model,
+    unoffloaded, on every rank (a warning: complete, but the whole model lands on each rank's device)."""
+    call = ev.call
+    if call is None or call.receiver is None or ev.entity is None or a.fsdp_branch(ev.step) is False:
+        return  # (or in a branch that runs only without FSDP)
+    if any(w for w in a.enclosing_withs(ev.step) if "state_dict_type" in a.code(w)) or a.method_calls(
+            "set_state_dict_type"):
+        return  # the code chose the state-dict type (FSDP401 judges a gather under a rank guard)
+    state = t.wrap_state(ev.entity, ev.seq, at=ev)
+    trainer = _trainer_model(ev)
+    if state != "fsdp1" and not (state is None and launch == 1 and (trainer or t.before(ev, ("prepare",)))):
+        return
+    if unwrapped_receiver(a, call.receiver, call.scope):
+        one = fsdp1_one_unit(a, t, ev)
+        if one is None:
+            return
+        ctx.report(
+            ev.node,
+            "state_dict() of the unwrapped FSDP1 model (accelerate's unwrap_model strips the wrapper with .module) "
+            "reads the root unit's parameters as its inner module holds them: flat-parameter shards of this rank "
+            + ("— with no auto-wrap policy the whole model is that one unit, so the dict holds this rank's slice of "
+               "it, not the weights (`_flat_param` alone, or with use_orig_params=True each weight as a 1-D slice "
+               "or an empty tensor)"
+               if one else "— the parameters the root unit holds itself (embeddings, final norm, head) are "
+               "missing or 1-D/empty, while the nested units' are gathered")
+            + "; the file loads later with missing keys. Gather with accelerator.get_state_dict(model) on every "
+            "rank, or model.state_dict() under FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, "
+            "FullStateDictConfig(offload_to_cpu=True, rank0_only=True)) on the wrapper, and let rank 0 write.",
+            severity=None if one else Severity.WARNING,
+        )
+        return
+    if a.rank_guard(ev.step) is not None:
+        return  # a gather on some ranks only: FSDP401's hang
+    if not any(c.method in _WRITERS or c.api == "torch_save" or (c.func or "").rsplit(".", 1)[-1] in _WRITERS
+               for c in call.scope.calls):
+        return  # a dict read to compare or load weights, not a checkpoint: its function writes nothing
+    if any(c.method == "state_dict_type" for c in call.scope.calls):
+        return  # the function gathers under a state_dict_type elsewhere: this is its path without FSDP
+    ctx.report(
+        ev.node,
+        "state_dict() of an FSDP1 model with no state_dict_type set uses FSDP1's default FULL_STATE_DICT, "
+        "FullStateDictConfig(offload_to_cpu=False, rank0_only=False): every rank gathers the full unsharded model "
+        "onto its own GPU at once, which runs out of memory at save time once the model is near a GPU's size "
+        "(the dict is complete; the memory is the problem). Gather under FSDP.state_dict_type(model, "
+        "StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=True, rank0_only=True)) — the full "
+        "copy goes to rank 0's CPU only — or use accelerator.get_state_dict(model) / trainer.save_model().",
+        severity=Severity.WARNING,
+    )
+
+
+# Calls that write a checkpoint (`torch.save`, `accelerator.save`, `trainer._save`, safetensors' `save_file`).
+_WRITERS = frozenset({"save", "_save", "save_file", "save_model", "save_pretrained"})
 
 
 def _trainer_model(ev) -> bool:
