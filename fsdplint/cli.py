@@ -158,6 +158,10 @@ def _run_files(files: list[str], settings, jobs: int, stdin_text: Optional[str],
     if stdin_text is not None:
         return [lint_file(stdin_filename or "-", settings, text=stdin_text)]
     if jobs <= 1 or len(files) < 2:
+        if settings.project and len(files) > 1:
+            from fsdplint.analysis.index import expect
+
+            expect(files)  # a module another file reaches first is parsed once, for both
         return [lint_file(f, settings) for f in files]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

@@ -682,3 +682,76 @@ def test_adapter_toggle_in_the_forward_of_a_class_of_another_module(project, fir
         assert "two_pass.py" in found[0]["message"]
     else:
         assert found == []
+
+
+# -- one parse per module in a run over the project ------------------------------------------------------
+
+# A helper module that is linted too: `a_train.py` (linted first) reaches `setup_fsdp` before the module's
+# own turn; its own `train_here` has a finding of its own, and `unused` is code the caller never reaches.
+SHARED = """
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from transformers import AutoModelForCausalLM
+
+
+    def unused(model):
+        return model.half()
+
+
+    def setup_fsdp(model):
+        return FSDP(model, use_orig_params=True)
+
+
+    def train_here():
+        model = AutoModelForCausalLM.from_pretrained("x")
+        model = setup_fsdp(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+
+    train_here()
+"""
+
+
+@pytest.fixture
+def shared(project):
+    write(project, {"z_model_utils.py": LOAD, "z_shared.py": SHARED,
+                    "a_train.py": TRAIN.format(imports="from z_model_utils import load_model\n    from z_shared import setup_fsdp",
+                                               load="load_model", wrap="setup_fsdp")})
+    return project
+
+
+def _parses(monkeypatch) -> list[str]:
+    seen: list[str] = []
+    parse = cst.parse_module
+
+    def counting(source, *args, **kwargs):
+        seen.append(source)
+        return parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(cst, "parse_module", counting)
+    return seen
+
+
+def test_a_module_reached_before_its_own_turn_gives_the_findings_of_a_fresh_parse(shared):
+    """Linting the project in one process reuses the parse that the caller's analysis made of a helper for
+    the helper's own lint: the same findings as each file linted alone in a new process."""
+    together = run(shared, "--jobs", "1", ".", cache=False)
+    alone = [f for name in ("a_train.py", "z_model_utils.py", "z_shared.py") for f in _fresh(shared, name)]
+    assert sorted(together, key=json.dumps) == sorted(alone, key=json.dumps)
+    assert "FSDP501" in codes(together, "a_train.py") and "FSDP501" in codes(together, "z_shared.py")
+
+
+def test_each_module_is_parsed_once_in_a_run_over_the_project(shared, monkeypatch):
+    seen = _parses(monkeypatch)
+    run(shared, "--jobs", "1", ".", cache=False)
+    texts = {(shared / n).read_text() for n in ("a_train.py", "z_model_utils.py", "z_shared.py")}
+    assert sorted(seen) == sorted(texts)  # whole, once each: no partial parse of a helper, no second parse
+
+
+def test_a_file_linted_alone_parses_only_the_part_of_a_helper_it_reaches(shared, monkeypatch):
+    """One changed file (pre-commit): the helper is not linted in this run, so only what the call reaches
+    is parsed (the definitions it never runs are blanked out)."""
+    seen = _parses(monkeypatch)
+    assert "FSDP501" in codes(run(shared, "a_train.py", cache=False))
+    helper = [s for s in seen if "def setup_fsdp" in s]
+    assert len(helper) == 1 and "def unused" not in helper[0] and "def train_here" not in helper[0]
