@@ -533,6 +533,73 @@ def _tune_gc() -> None:
         _GC_TUNED = True
 
 
+def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
+    """Lint the files one after the other in this process, results in the order given. With the project
+    view, a file is linted before the project modules it imports: a module that another file's calls reach
+    is then parsed whole once, ahead of its own turn, and its own lint reuses that parse (see
+    `analysis/index.py`); linted first, its parse would be gone from the bounded tables by the time a far
+    caller reaches it, and the part that caller needs parsed again."""
+    if not settings.project or len(files) < 2:
+        return [lint_file(f, settings) for f in files]
+    from fsdplint.analysis.index import expect
+
+    order = _importers_first(files, settings)
+    expect(files)
+    out: dict[int, FileResult] = {}
+    for i in order:
+        out[i] = lint_file(files[i], settings)
+    return [out[i] for i in range(len(files))]
+
+
+def _importers_first(files: list[str], settings: Settings) -> list[int]:
+    """Indices of `files`, each file before the files of the run it imports (a reversed depth-first
+    post-order of the import graph read off the texts' import lines; cycles broken where met)."""
+    from fsdplint.analysis.index import quick_imports
+
+    index: dict[Path, int] = {}
+    for i, f in enumerate(files):
+        if f.endswith(".py"):
+            try:
+                index.setdefault(Path(f).resolve(), i)
+            except OSError:
+                continue
+    edges: dict[int, list[int]] = {}
+    for path, i in index.items():
+        project = _project(settings, path)
+        text = project.text(path) if project is not None else None
+        if not text or "import" not in text:
+            continue
+        targets = []
+        try:
+            for local, module, attr, level in quick_imports(text):
+                found = project.find_module(path, module, level)
+                if found is not None and attr is not None and found.name == "__init__.py":
+                    found = project._module_file(found.parent, [attr]) or found  # `from pkg import module`
+                j = index.get(found) if found is not None else None
+                if j is not None and j != i:
+                    targets.append(j)
+        except (OSError, RecursionError, ValueError):
+            pass
+        edges[i] = targets
+    post: list[int] = []
+    seen: set[int] = set()
+    for start in range(len(files)):
+        if start in seen:
+            continue
+        seen.add(start)
+        stack = [(start, iter(edges.get(start, ())))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next((j for j in it if j not in seen), None)
+            if nxt is None:
+                stack.pop()
+                post.append(node)
+            else:
+                seen.add(nxt)
+                stack.append((nxt, iter(edges.get(nxt, ()))))
+    return post[::-1]
+
+
 def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
     """Lint (and with `settings.fix`, fix in memory) one file. `text` is given for stdin."""
     _tune_gc()
