@@ -5,7 +5,10 @@ may touch a model), from CPython's parser and cached by content hash (see `cache
 cheaply: imports resolve to files of the project (absolute, relative, `src/` layout, re-exports in
 `__init__.py`), and a called project function is parsed with libcst (once per process) only when its
 fact sheet says it may do something the analysis records; `builder.py` then inlines it like a helper of
-the same file. Library packages never resolve into the project, even when the project vendors them.
+the same file. In a run over the project with one job, a module that is linted too is parsed whole once,
+when another file's calls first reach it, and its own lint reuses that parse (`expect`; the run lints a
+file before the modules it imports, see `engine.lint_files`). Library packages never resolve into the
+project, even when the project vendors them.
 """
 
 from __future__ import annotations
@@ -719,6 +722,7 @@ def locate(a, node) -> Optional[tuple]:
 
 
 _PROJECTS: dict[tuple, Project] = {}
+_ROOTS: dict[Path, Optional[Path]] = {}
 # Files this process is going to lint (resolved paths), announced by the sequential run (`expect`).
 _UPCOMING: set = set()
 
@@ -735,7 +739,8 @@ def expect(paths) -> None:
 
 
 def linted(path: Optional[Path]) -> None:
-    """The file's turn is over: it is no longer parsed ahead, and no parse is held for it."""
+    """The file's turn is over: it is no longer parsed ahead (a parse made ahead of it stays on with the
+    parts other files reached, see `Project.linted`)."""
     if path is None or not _UPCOMING:
         return
     try:
@@ -745,7 +750,6 @@ def linted(path: Optional[Path]) -> None:
     _UPCOMING.discard(path)
     for proj in _PROJECTS.values():
         proj.linted(path)
-_ROOTS: dict[Path, Optional[Path]] = {}
 
 
 def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True,
