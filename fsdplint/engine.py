@@ -546,8 +546,11 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
     order = _importers_first(files, settings)
     expect(files)
     out: dict[int, FileResult] = {}
-    for i in order:
-        out[i] = lint_file(files[i], settings)
+    try:
+        for i in order:
+            out[i] = lint_file(files[i], settings)
+    finally:
+        expect(())  # nothing is to come once the run is over, however it ended
     return [out[i] for i in range(len(files))]
 
 
@@ -561,7 +564,7 @@ def _importers_first(files: list[str], settings: Settings) -> list[int]:
         if f.endswith(".py"):
             try:
                 index.setdefault(Path(f).resolve(), i)
-            except OSError:
+            except (OSError, RuntimeError):  # RuntimeError: a symlink loop
                 continue
     edges: dict[int, list[int]] = {}
     for path, i in index.items():

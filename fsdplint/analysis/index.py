@@ -734,7 +734,7 @@ def expect(paths) -> None:
     for p in paths:
         try:
             _UPCOMING.add(Path(p).resolve())
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop
             continue
 
 
@@ -745,7 +745,7 @@ def linted(path: Optional[Path]) -> None:
         return
     try:
         path = path.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop
         return
     _UPCOMING.discard(path)
     for proj in _PROJECTS.values():
