@@ -153,12 +153,12 @@ def _atomic_write(path: Path, data: bytes, original: bytes) -> Optional[str]:
 
 
 def _run_files(files: list[str], settings, jobs: int, stdin_text: Optional[str], stdin_filename: Optional[str]):
-    from fsdplint.engine import lint_file
+    from fsdplint.engine import lint_file, lint_files
 
     if stdin_text is not None:
         return [lint_file(stdin_filename or "-", settings, text=stdin_text)]
     if jobs <= 1 or len(files) < 2:
-        return [lint_file(f, settings) for f in files]
+        return lint_files(files, settings)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

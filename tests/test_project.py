@@ -682,3 +682,98 @@ def test_adapter_toggle_in_the_forward_of_a_class_of_another_module(project, fir
         assert "two_pass.py" in found[0]["message"]
     else:
         assert found == []
+
+
+# -- one parse per module in a run over the project ------------------------------------------------------
+
+# Helper modules that are linted too: the caller reaches `setup_fsdp` in `shared.py`, whose own
+# `train_here` has a finding of its own, and `unused` is code the caller never reaches.
+SHARED = """
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from transformers import AutoModelForCausalLM
+
+
+    def unused(model):
+        return model.half()
+
+
+    def setup_fsdp(model):
+        return FSDP(model, use_orig_params=True)
+
+
+    def train_here():
+        model = AutoModelForCausalLM.from_pretrained("x")
+        model = setup_fsdp(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+
+    train_here()
+"""
+
+
+@pytest.fixture(params=["caller first", "caller last"])
+def shared(project, request):
+    """`train.py` sorts before its helpers or after them (then the run still lints it first)."""
+    caller, helper = ("a_", "z_") if request.param == "caller first" else ("z_", "a_")
+    imports = f"from {helper}model_utils import load_model\n    from {helper}shared import setup_fsdp"
+    write(project, {f"{helper}model_utils.py": LOAD, f"{helper}shared.py": SHARED,
+                    f"{caller}train.py": TRAIN.format(imports=imports, load="load_model", wrap="setup_fsdp")})
+    return project, caller, helper
+
+
+def _parses(monkeypatch) -> list[str]:
+    seen: list[str] = []
+    parse = cst.parse_module
+
+    def counting(source, *args, **kwargs):
+        seen.append(source)
+        return parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(cst, "parse_module", counting)
+    return seen
+
+
+def test_a_module_reached_before_its_own_turn_gives_the_findings_of_a_fresh_parse(shared):
+    """Linting the project in one process reuses the parse that the caller's analysis made of a helper for
+    the helper's own lint: the same findings as each file linted alone in a new process."""
+    root, caller, helper = shared
+    together = run(root, "--jobs", "1", ".", cache=False)
+    names = sorted([f"{caller}train.py", f"{helper}model_utils.py", f"{helper}shared.py"])
+    alone = [f for name in names for f in _fresh(root, name)]
+    assert together == alone  # in the order the files were given, not the order they were linted
+    assert "FSDP501" in codes(together, f"{caller}train.py") and "FSDP501" in codes(together, f"{helper}shared.py")
+
+
+def test_each_module_is_parsed_once_in_a_run_over_the_project(shared, monkeypatch):
+    root, caller, helper = shared
+    seen = _parses(monkeypatch)
+    run(root, "--jobs", "1", ".", cache=False)
+    texts = [(root / n).read_text() for n in (f"{caller}train.py", f"{helper}model_utils.py", f"{helper}shared.py")]
+    assert sorted(seen) == sorted(texts)  # whole, once each: no partial parse of a helper, no second parse
+
+
+def test_a_file_linted_alone_parses_only_the_part_of_a_helper_it_reaches(shared, monkeypatch):
+    """One changed file (pre-commit): the helper is not linted in this run, so only what the call reaches
+    is parsed (the definitions it never runs are blanked out)."""
+    root, caller, helper = shared
+    seen = _parses(monkeypatch)
+    assert "FSDP501" in codes(run(root, f"{caller}train.py", cache=False))
+    part = [s for s in seen if "def setup_fsdp" in s]
+    assert len(part) == 1 and "def unused" not in part[0] and "def train_here" not in part[0]
+
+
+def test_a_helper_sorted_far_before_its_caller_is_still_parsed_once(project, monkeypatch):
+    """More parsed files between a helper and its caller than the parses kept per process: the run lints the
+    caller before the modules it imports, so the helper's parse is made once, for both."""
+    files = {"a_shared.py": SHARED, "a_model_utils.py": LOAD,
+             "z_train.py": TRAIN.format(imports="from a_model_utils import load_model\n    from a_shared import setup_fsdp",
+                                        load="load_model", wrap="setup_fsdp")}
+    for i in range(140):
+        files[f"m_{i:03}.py"] = "from torch.distributed.fsdp import fully_shard\n"
+    write(project, files)
+    seen = _parses(monkeypatch)
+    found = run(project, "--jobs", "1", ".", cache=False)
+    assert "FSDP501" in codes(found, "z_train.py") and "FSDP501" in codes(found, "a_shared.py")
+    assert seen.count((project / "a_shared.py").read_text()) == 1
+    assert not [s for s in seen if "def setup_fsdp" in s and s != (project / "a_shared.py").read_text()]

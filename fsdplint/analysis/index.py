@@ -5,7 +5,10 @@ may touch a model), from CPython's parser and cached by content hash (see `cache
 cheaply: imports resolve to files of the project (absolute, relative, `src/` layout, re-exports in
 `__init__.py`), and a called project function is parsed with libcst (once per process) only when its
 fact sheet says it may do something the analysis records; `builder.py` then inlines it like a helper of
-the same file. Library packages never resolve into the project, even when the project vendors them.
+the same file. In a run over the project with one job, a module that is linted too is parsed whole once,
+when another file's calls first reach it, and its own lint reuses that parse (`expect`; the run lints a
+file before the modules it imports, see `engine.lint_files`). Library packages never resolve into the
+project, even when the project vendors them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ _MAX_MODULES = 128  # whole parsed modules kept per process (libcst trees are la
 # Partial parses kept apart: every linted file's own parse joins the whole modules, and sharing one bound
 # let a run over a large repository evict (and parse again) the helpers many of its files call.
 _MAX_PARTS = 256
+# Whole parses of files this process lints later (see `expect`), made when another file's calls reach them
+# first: the file's own lint takes the parse over instead of parsing it again.
+_MAX_AHEAD = 256
 _BUILTINS = frozenset(dir(builtins))  # never looked up through a star import
 _CALLS = SUMMARY_CALLS | {q.rsplit(".", 1)[-1] for names in QUALIFIED.values() for q in names}
 _WORDS = re.compile("|".join(re.escape(w) for w in sorted(set(TRIGGER_WORDS) | set(SUMMARY_WORDS), key=len, reverse=True)))
@@ -225,6 +231,7 @@ class Project:
         self._stars: dict[tuple, Optional[tuple]] = {}  # (module, name, stamp) -> what its star import binds
         self._partial_of: dict[tuple, str] = {}  # (path, kept definitions) -> the text it was cut from
         self._first_part: dict[Path, frozenset] = {}  # path -> the definitions its first partial parse kept
+        self._ahead: "OrderedDict[Path, ForeignModule]" = OrderedDict()  # parses of files still to be linted
 
     # -- files -------------------------------------------------------------------------
     def text(self, path: Path) -> Optional[str]:
@@ -575,7 +582,7 @@ class Project:
     def _whole(self, path: Path, text: str) -> Optional[ForeignModule]:
         """A whole parse of this text of the file, if at hand: a linted file's own, or one that another
         file's calls made (most recently used first)."""
-        for table, key in ((self._modules, path), (self._parts, (path, None))):
+        for table, key in ((self._modules, path), (self._ahead, path), (self._parts, (path, None))):
             fm = table.get(key)
             if fm is not None and fm.text == text:
                 table.move_to_end(key)
@@ -599,6 +606,10 @@ class Project:
         full = self._whole(path, text)
         if full is not None:
             return full
+        if path in _UPCOMING:  # the file's own lint comes later in this process: parse it whole, once
+            fm = self._parse_ahead(path, text)
+            if fm is not None:
+                return fm
         keep = self._needed(path, need) if need is not None else None
         if keep is not None and self._first_part.get(path) not in (None, keep):
             keep = None  # a second part of the same module wanted: parse it whole, once, for every later call
@@ -620,6 +631,27 @@ class Project:
             self._first_part.setdefault(path, keep)
         self._store(key, fm)  # apart from the linted files' own parses, which would soon evict it
         return fm
+
+    def _parse_ahead(self, path: Path, text: str) -> Optional[ForeignModule]:
+        from fsdplint.collect import collect
+
+        try:
+            module = cst.parse_module(text)
+        except Exception:  # not parsed ahead again: the partial parse below decides what is known of it
+            _UPCOMING.discard(path)
+            return None
+        fm = self._ahead[path] = ForeignModule(path, text, module, collect(module))
+        while len(self._ahead) > _MAX_AHEAD:
+            self._ahead.popitem(last=False)
+        return fm
+
+    def linted(self, path: Path) -> None:
+        """The file's lint is over: a parse made ahead of it joins the parts other files reached (it was
+        reached once: later callers likely reach it again), instead of only the linted files' own parses."""
+        fm = self._ahead.pop(path, None)
+        if fm is not None:
+            self._partial_of[(path, None)] = fm.text
+            self._store((path, None), fm)
 
     def _needed(self, path: Path, qual: str) -> frozenset:
         """Top-level definitions of the file that `qual` reaches through calls within the file."""
@@ -717,6 +749,33 @@ def locate(a, node) -> Optional[tuple]:
 
 _PROJECTS: dict[tuple, Project] = {}
 _ROOTS: dict[Path, Optional[Path]] = {}
+# Files this process is going to lint (resolved paths), announced by the sequential run (`expect`).
+_UPCOMING: set = set()
+
+
+def expect(paths) -> None:
+    """Announce the files this process lints next (a run with one job): a module that another file's calls
+    reach before its own turn is parsed whole once, and its lint reuses that parse and its records."""
+    _UPCOMING.clear()  # what an earlier run left (interrupted) is not to come
+    for p in paths:
+        try:
+            _UPCOMING.add(Path(p).resolve())
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop
+            continue
+
+
+def linted(path: Optional[Path]) -> None:
+    """The file's turn is over: it is no longer parsed ahead (a parse made ahead of it stays on with the
+    parts other files reached, see `Project.linted`)."""
+    if path is None or not _UPCOMING:
+        return
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop
+        return
+    _UPCOMING.discard(path)
+    for proj in _PROJECTS.values():
+        proj.linted(path)
 
 
 def project_for(path: Optional[Path], cache_dir: Optional[str] = None, use_cache: bool = True,
