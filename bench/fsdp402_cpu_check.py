@@ -26,31 +26,11 @@ import socket
 
 
 def build():
-    import torch
-    import torch.nn as nn
+    """The toy model of fsdp114_cpu_check.py (an embedding, two blocks of two linears, a head), without the
+    LoRA target that script leaves in the root unit."""
+    from fsdp114_cpu_check import build_classes
 
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q = nn.Linear(16, 16)
-            self.v = nn.Linear(16, 16)
-
-        def forward(self, x):
-            return x + self.v(torch.relu(self.q(x)))
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(32, 16)
-            self.layers = nn.ModuleList([Block(), Block()])
-            self.head = nn.Linear(16, 32)
-
-        def forward(self, ids):
-            h = self.emb(ids)
-            for b in self.layers:
-                h = b(h)
-            return self.head(h)
-
+    Net, Block, _ = build_classes(lora_in_root=False)
     return Net, Block
 
 
