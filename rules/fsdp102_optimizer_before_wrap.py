@@ -663,7 +663,7 @@ def _foreign_module_optimizers(ctx):
         for inner in (hook.calls if hook is not None else ()):
             if inner.api == "optimizer":
                 where = f"(in {fm.display}:{fm.positions.range(inner.node)[0].row}) "
-                yield call, _plain_roots(inner.arg(0, "params"), inner.scope), where
+                yield call, parameter_roots(None, inner.arg(0, "params"), inner.scope), where
 
 
 def _derives_lightning_module(c, klass: str) -> bool:
@@ -700,35 +700,10 @@ def _hook_optimizers(ctx, klass, hook):
                     roots = parameter_roots(a, inner.arg(0, "params"), inner.scope)
                     where = f"(through {parts[2]}(), line {ctx.line(inner.node)}) "
                 else:
-                    roots = _plain_roots(inner.arg(0, "params"), inner.scope)
+                    roots = parameter_roots(None, inner.arg(0, "params"), inner.scope)
                     where = f"(through {parts[2]}(), {fm.display}:{fm.positions.range(inner.node)[0].row}) "
                 # The submodule's `self` is `self.<attr>` of the LightningModule.
                 yield call.node, [f"self.{parts[1]}" + r[4:] if r.startswith("self") else r for r in roots], where
-
-
-def _plain_roots(expr, scope, depth: int = 0) -> list[str]:
-    """parameter_roots for code of another module: names followed through that scope's own assignments."""
-    if expr is None or depth > 5:
-        return []
-    out: list[str] = []
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in (
-                "parameters", "named_parameters"):
-            d = dotted(node.func.value)
-            if d is not None:
-                out.append(d)
-            continue
-        if isinstance(node, cst.Attribute):
-            continue
-        if isinstance(node, cst.Name):
-            vals = scope.assigns.get(node.value, ())
-            if len(vals) == 1:
-                out.extend(_plain_roots(vals[0][1], scope, depth + 1))
-            continue
-        stack.extend(node.children)
-    return out
 
 
 def _submodule_method(ctx, klass, attr, meth):

@@ -205,7 +205,8 @@ def is_fabric(a, expr: Optional[cst.BaseExpression]) -> bool:
 def parameter_roots(a, expr, scope: Scope, depth: int = 0) -> list[str]:
     """The objects whose `.parameters()` / `.named_parameters()` an optimizer's params come from, as written
     (`self`, `self.model`, `self.trainer.model`), following names bound in `scope`, comprehensions and
-    param-group dicts."""
+    param-group dicts. With `a` None (code of another module, which has no analysis here), a name is
+    followed through that scope's own single assignment."""
     if expr is None or depth > 5:
         return []
     out: list[str] = []
@@ -221,7 +222,11 @@ def parameter_roots(a, expr, scope: Scope, depth: int = 0) -> list[str]:
         if isinstance(node, cst.Attribute):
             continue  # `self.trainer.model` as a value: not a name to follow
         if isinstance(node, cst.Name):
-            bound = a.binding(node.value, scope)
+            if a is not None:
+                bound = a.binding(node.value, scope)
+            else:
+                vals = scope.assigns.get(node.value, ())
+                bound = vals[0][1] if len(vals) == 1 else None
             if bound is not None and bound is not expr:
                 out.extend(parameter_roots(a, bound, scope, depth + 1))
             continue
