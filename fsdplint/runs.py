@@ -188,7 +188,7 @@ def needed_switches(ctx, f: Finding, free: frozenset, rows: tuple = ()) -> Optio
 
     needed: list[str] = []
     for g in guards:
-        mine = [x for x in sorted(a.switches(g[0].test)) if x in free]
+        mine = [x for x in sorted(a.switches(g[0].test, g[1])) if x in free]
         if not mine or opens(g, needed):
             continue
         one = next((x for x in mine if opens(g, needed + [x])), None)

@@ -221,11 +221,9 @@ class Builder(Classes, Linking):
                 steps.extend(sub)
                 probe = Step(item, sub_prefix, sub_map)
                 for r in callee.returns:
-                    rd = dotted(r)
-                    if rd is not None:
-                        step.returns.append(probe.key(rd))
-                    elif isinstance(r, cst.Call) and self._returned.get(id(r)):
-                        step.returns.append(self._returned[id(r)])  # `return loader.load(...)`: what that returns
+                    key = self._returned_key(r, probe) if not isinstance(r, cst.Tuple) else None
+                    if key is not None:
+                        step.returns.append(key)
                     elif isinstance(r, cst.Tuple):
                         for el in r.elements:
                             ed = dotted(el.value)
@@ -234,6 +232,31 @@ class Builder(Classes, Linking):
                     self._returned[id(item.node)] = step.returns[0]
             steps.append(step)
         return steps
+
+    def _returned_key(self, r: cst.BaseExpression, probe: Step, depth: int = 0) -> Optional[str]:
+        """The object a helper's `return` expression hands back: a name (`return model`), what an inlined
+        helper returns (`return loader.load(...)`), or the model a library call returns as itself
+        (`return get_peft_model(model, cfg)`, `return fully_shard(m)`, `return model.cuda()`), however nested."""
+        if depth > 4:
+            return None
+        rd = dotted(r)
+        if rd is not None:
+            return probe.key(rd)
+        if not isinstance(r, cst.Call):
+            return None
+        if self._returned.get(id(r)):
+            return self._returned[id(r)]
+        call = self.call_at(r)
+        if call is None:
+            return None
+        if call.api in SAME_MODEL_APIS:
+            idx, kw = SAME_MODEL_APIS[call.api]
+            inner = call.arg(idx, kw)
+        elif call.method in SAME_MODEL_METHODS or (call.method == "unwrap_model" and self._is_accelerator(call.receiver)):
+            inner = call.receiver if call.method != "unwrap_model" else call.arg(0, "model")
+        else:
+            return None
+        return self._returned_key(inner, probe, depth + 1) if inner is not None else None
 
     def _may_inline(self, callee: Scope, depth: int) -> bool:
         """Helpers run inline up to four calls deep; deeper ones (a loader chain) draw on a budget of inlined

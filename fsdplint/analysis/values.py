@@ -53,7 +53,7 @@ class Values:
             return _single(self.values(expr, scope, depth + 1))
         if isinstance(expr, cst.Attribute):
             if self.env is not None:
-                hit = self.env.lookup(dotted(expr))
+                hit = self.env_lookup(dotted(expr), scope)
                 if hit is not None and not self._assigned_attr(dotted(expr)):
                     return hit.single
             q = self.resolver.qualify(expr)
@@ -85,7 +85,60 @@ class Values:
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
             v = self.value(expr.expression, scope, depth + 1)
             return -v if isinstance(v, (int, float)) else UNKNOWN
+        if isinstance(expr, cst.Comparison) or (isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not)):
+            # `load_in_4bit=args.bits == 4`, `not args.full_precision`: a bool when the operands are known.
+            # (`a or b` is left out: it evaluates to an operand, not a bool.)
+            return _single(self.truth(expr, scope, depth + 1))
         return UNKNOWN
+
+    def env_lookup(self, d: Optional[str], scope: Optional[Scope]):
+        """The parsed argument `d` (`args.use_4bit`) reads: by the namespace's own name, or through a
+        parameter of a helper that every call hands the namespace, by position or keyword and under any
+        name (`build(model_args)` with `def build(args)`, `build(cfg=model_args)`, a chain of helpers)."""
+        hit = self.env.lookup(d)
+        if hit is not None or not d or d.count(".") != 1 or scope is None:
+            return hit
+        head, attr = d.split(".")
+        ns = self._param_namespace(scope, head, 0)
+        return self.env.lookup(f"{ns}.{attr}") if ns else None
+
+    def _param_namespace(self, scope: Scope, name: str, depth: int) -> Optional[str]:
+        """The parsed namespace variable every call of `scope`'s function passes as its parameter `name`."""
+        if depth > 4 or name not in scope.params or name in scope.assigns or not isinstance(scope.node, cst.FunctionDef):
+            return None
+        cache = self.__dict__.setdefault("_param_ns_cache", {})
+        key = (id(scope), name)
+        if key in cache:
+            return cache[key]
+        cache[key] = None  # (a recursive helper asks again while this is decided: unknown)
+        found = set()
+        for arg, caller in self._param_arguments(scope, name):
+            d = dotted(arg) if arg is not None else None
+            if d is None or "." in d:
+                found.add(None)
+            elif d in self.env.names:
+                found.add(d)
+            else:
+                found.add(self._param_namespace(caller, d, depth + 1) if caller is not None else None)
+        out = found.pop() if len(found) == 1 else None
+        cache[key] = out
+        return out
+
+    def _param_arguments(self, scope: Scope, name: str) -> list:
+        """(argument expression or None, caller scope) at each call of the function whose parameter `name`
+        is: the file's calls, else the one call a function of another module was inlined at. Empty when
+        no call is known or one passes `*args`/`**kwargs`."""
+        node = scope.node
+        params = list(node.params.posonly_params) + list(node.params.params)
+        index = next((i for i, p in enumerate(params) if p.name.value == name), None)
+        sites = [c for c in self.c.calls if c.func == node.name.value and c.scope.klass is None and scope.klass is None]
+        if not sites:
+            sites = getattr(self, "_inline_sites", {}).get(id(scope), [])
+            if scope.klass and scope.params[:1] == ["self"]:
+                index = index - 1 if index else None
+        if not sites or any(a.star for c in sites for a in c.node.args):
+            return []
+        return [(c.arg(index if index is not None else 10_000, name), c.scope) for c in sites]
 
     def binding(self, name: str, scope: Optional[Scope]) -> Optional[cst.BaseExpression]:
         """The single expression bound to `name` (in `scope`, else at module level), if unique.
@@ -129,7 +182,7 @@ class Values:
                     return self._param_values(s, expr.value, depth)
         if isinstance(expr, cst.Attribute) and self.env is not None:
             d = dotted(expr)
-            hit = self.env.lookup(d)
+            hit = self.env_lookup(d, scope)
             if hit is not None and not self._assigned_attr(d):
                 return _capped(set(_hashable(v) for v in hit.values))
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
@@ -295,15 +348,15 @@ class Values:
         key = id(if_node)
         if key not in cache:
             test = getattr(if_node, "test", None)
-            t = self.truth(test, scope) if test is not None and self._mentions_env(test) else None
-            if t is not None and UNKNOWN in t and not self._arguments_only(test):
+            t = self.truth(test, scope) if test is not None and self._mentions_env(test, scope) else None
+            if t is not None and UNKNOWN in t and not self._arguments_only(test, scope):
                 t = None  # also reads run-time values (`step % args.every == 0`): not decided by the arguments
             cache[key] = t
         return cache[key]
 
-    def _arguments_only(self, test: cst.BaseExpression) -> bool:
+    def _arguments_only(self, test: cst.BaseExpression, scope: Optional[Scope] = None) -> bool:
         """The test reads only parsed arguments (and names bound to them) and constants."""
-        prefixes = tuple(f"{ns}." for ns in self.env.names)
+        prefixes = tuple(f"{ns}." for ns in (*self.env.names, *self._namespace_params(scope)))
         stack = [test]
         while stack:
             n = stack.pop()
@@ -320,11 +373,11 @@ class Values:
                 stack.extend(n.children)
         return True
 
-    def _mentions_env(self, test: cst.BaseExpression) -> bool:
+    def _mentions_env(self, test: cst.BaseExpression, scope: Optional[Scope] = None) -> bool:
         env = self.env
         if env is None or not env.names:
             return False
-        names, local = env.names, self._env_locals
+        names, local = {*env.names, *self._namespace_params(scope)}, self._env_locals
         stack = [test]
         while stack:
             n = stack.pop()
@@ -334,6 +387,12 @@ class Values:
                 return True
             stack.extend(n.children)
         return False
+
+    def _namespace_params(self, scope: Optional[Scope]) -> list:
+        """The parameters of `scope`'s function that hold a parsed namespace (see `env_lookup`)."""
+        if scope is None or self.env is None or not isinstance(scope.node, cst.FunctionDef):
+            return []
+        return [p for p in scope.params if p not in self.env.names and self._param_namespace(scope, p, 0)]
 
     @cached_property
     def _env_locals(self) -> set:
@@ -450,22 +509,23 @@ class Values:
         return out
 
     # -- opt-in flags: options a user passes to switch a feature on ------------------------
-    def switches(self, test: Optional[cst.BaseExpression]) -> set:
+    def switches(self, test: Optional[cst.BaseExpression], scope: Optional[Scope] = None) -> set:
         """Option strings of the opt-in flags a test reads (directly or through a name bound to one,
         `use_fsdp = args.use_fsdp == "True"`) that this run leaves at their default or frees."""
         env = self.env
         if env is None or test is None:
             return set()
         cache = self.__dict__.setdefault("_switch_cache", {})
-        if id(test) in cache:
-            return cache[id(test)]
+        if (id(test), id(scope)) in cache:
+            return cache[(id(test), id(scope))]
         out: set = set()
-        cache[id(test)] = out
+        cache[(id(test), id(scope))] = out
+        names = {*env.names, *self._namespace_params(scope)}
         stack, seen = [test], set()
         while stack:
             n = stack.pop()
-            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value in env.names:
-                hit = env.lookup(dotted(n))
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value in names:
+                hit = self.env_lookup(dotted(n), scope)
                 if hit is not None and hit.switch:
                     out.add(hit.switch)
                 continue
@@ -479,7 +539,7 @@ class Values:
 
     def opened_by_switch(self, test: cst.BaseExpression, scope: Optional[Scope], holds: bool) -> bool:
         """The test takes `holds` once an opt-in flag it reads, freed for this run, is passed."""
-        free = [x for x in self.switches(test) if len(self._switch_values(x)) > 1]
+        free = [x for x in self.switches(test, scope) if len(self._switch_values(x)) > 1]
         return bool(free) and holds in self.truth(test, scope)
 
     def switched_truth(self, if_node: cst.CSTNode, scope: Optional[Scope], pins: dict) -> Optional[frozenset]:
@@ -514,7 +574,7 @@ class Values:
         if key in done:
             return
         done.add(key)
-        sw = {x for x in self.switches(getattr(if_node, "test", None)) if len(self._switch_values(x)) == 1}
+        sw = {x for x in self.switches(getattr(if_node, "test", None), scope) if len(self._switch_values(x)) == 1}
         if not sw:
             return
         self.__dict__["_pinning"] = True
