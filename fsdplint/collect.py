@@ -529,6 +529,11 @@ class Collector(cst.CSTVisitor):
         func = node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
         receiver = func.value if isinstance(func, cst.Attribute) else None
+        named = _getattr_method(func)
+        if named is not None:
+            # `getattr(model, "no_sync")()` is `model.no_sync()`. (With a default, `getattr(model, "no_sync",
+            # nullcontext)()`, it may be the default instead: not read as the method.)
+            receiver, method = named
         scope = self._scope_stack[-1]
         call = Call(
             node=node,
@@ -680,6 +685,17 @@ def _walk(visitor: "Collector", node: cst.CSTNode) -> None:
             fleave(visitor, node)
     if leave is not None:
         leave(visitor, node)
+
+
+def _getattr_method(func: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, str]]:
+    """(object, method name) of a callee written `getattr(obj, "name")`, with the name a literal."""
+    if not (isinstance(func, cst.Call) and isinstance(func.func, cst.Name) and func.func.value == "getattr"):
+        return None
+    args = func.args
+    if len(args) != 2 or any(a.keyword is not None or a.star for a in args):
+        return None
+    name = args[1].value.evaluated_value if isinstance(args[1].value, cst.SimpleString) else None
+    return (args[0].value, name) if isinstance(name, str) and name.isidentifier() else None
 
 
 def collect(module: cst.Module) -> Collector:

@@ -89,6 +89,14 @@ class NoSyncMisuse(Rule):
             """,
             options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
         ),
+        # `getattr` with a default: an FSDP2 module has no `no_sync`, so the default context is used.
+        """
+        import contextlib
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(model)
+        with getattr(model, "no_sync", contextlib.nullcontext)():
+            model(**batch).loss.backward()
+        """,
         # DDP model in the same file as an FSDP2 model.
         """
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -100,6 +108,16 @@ class NoSyncMisuse(Rule):
         """,
     ]
     INVALID = [
+        # `getattr(model, "no_sync")()` is the method call itself.
+        Invalid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            fully_shard(model)
+            with getattr(model, "no_sync")():
+                model(**batch).loss.backward()
+            """,
+            line=3,
+        ),
         Invalid(
             """
             from torch.distributed.fsdp import fully_shard

@@ -84,8 +84,25 @@ class WrongClipGradNorm(Rule):
         model = accelerator.prepare(model)
         accelerator.clip_grad_norm_(model.parameters(), 1.0)
         """,
+        # Made whole on the chained call.
+        """
+        import torch
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(model)
+        print(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).full_tensor().item())
+        """,
     ]
     INVALID = [
+        # `.item()` chained on the FSDP2 clip call: this rank's partial norm.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            fully_shard(model)
+            print(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item())
+            """,
+            line=4,
+        ),
         # The norm half of clip_grad_norm_, over an FSDP1 model's local shards.
         Invalid(
             """
@@ -212,20 +229,28 @@ def _fsdp1_fix(ctx, call):
 
 
 def _item_reads(a, call):
-    """`norm.item()` on the name the clip result was assigned to — also where a helper returns it to its
-    caller (`grad_norm = utils.clip_grad_norm_(...)`) —, unless `.full_tensor()` may run on it."""
-    if call is None or len(call.targets) != 1 or not isinstance(call.targets[0], cst.Name):
+    """`norm.item()` on the name the clip result was assigned to, or `.item()` chained on the clip call
+    itself — also where a helper returns it (by name or as the call) to its caller (`grad_norm =
+    utils.clip_grad_norm_(...)`, `clip(...).item()`) —, unless `.full_tensor()` may run on it."""
+    if call is None:
         return []
-    holders = [(call.targets[0].value, call.scope, call.seq)]
-    for _ in range(3):
-        name, scope, _seq = holders[-1]
-        if not any(isinstance(r, cst.Name) and r.value == name for r in scope.returns):
-            break
-        sites = getattr(a, "_inline_sites", {}).get(id(scope), [])
-        if len(sites) != 1 or len(sites[0].targets) != 1 or not isinstance(sites[0].targets[0], cst.Name):
-            break
-        holders.append((sites[0].targets[0].value, sites[0].scope, sites[0].seq))
     out = []
+    node, scope, holders = call.node, call.scope, []
+    for _ in range(4):
+        site = a.call_at(node)
+        out += [c for c in scope.calls if c.receiver is node and c.method == "item"]
+        if any(c.receiver is node and c.method in ("full_tensor", "redistribute") for c in scope.calls):
+            return []
+        targets = site.targets if site is not None else []
+        if len(targets) == 1 and isinstance(targets[0], cst.Name):
+            holders.append((targets[0].value, scope, site.seq))
+            returned = any(isinstance(r, cst.Name) and r.value == targets[0].value for r in scope.returns)
+        else:
+            returned = any(r is node for r in scope.returns)
+        sites = getattr(a, "_inline_sites", {}).get(id(scope), []) if returned else []
+        if len(sites) != 1:
+            break
+        node, scope = sites[0].node, sites[0].scope
     for name, scope, seq in holders:
         same = [c for c in scope.calls if isinstance(c.receiver, cst.Name) and c.receiver.value == name]
         if any(c.method in ("full_tensor", "redistribute") and not a.cannot_run(c) for c in same):

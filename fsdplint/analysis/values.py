@@ -80,6 +80,8 @@ class Values:
                     return UNKNOWN
                 d[k] = self.value(el.value, scope, depth + 1)
             return d
+        if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr":
+            return _single(self._getattr_values(expr, scope, depth))
         if isinstance(expr, cst.Call) and dotted(expr.func) == "dict":
             return {a.keyword.value: self.value(a.value, scope, depth + 1) for a in expr.args if a.keyword is not None}
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
@@ -140,6 +142,21 @@ class Values:
             return []
         return [(c.arg(index if index is not None else 10_000, name), c.scope) for c in sites]
 
+    def _getattr_values(self, call: cst.Call, scope: Optional[Scope], depth: int) -> frozenset:
+        """`getattr(torch, "bfloat16")`, `getattr(torch, args.storage_dtype)`: the dotted names a `getattr` of a
+        module or class with known strings gives (`torch.bfloat16`); UNKNOWN when the object or a name is not
+        known, or a default (third argument) may be taken instead."""
+        args = [a for a in call.args if a.keyword is None and not a.star]
+        if len(args) != 2 or len(call.args) != 2:
+            return frozenset({UNKNOWN})
+        owner = self.value(args[0].value, scope, depth + 1)
+        if not isinstance(owner, QName):
+            return frozenset({UNKNOWN})
+        out = set()
+        for name in self.values(args[1].value, scope, depth + 1):
+            out.add(QName(f"{owner.name}.{name}") if isinstance(name, str) and name.isidentifier() else UNKNOWN)
+        return _capped(out)
+
     def binding(self, name: str, scope: Optional[Scope]) -> Optional[cst.BaseExpression]:
         """The single expression bound to `name` (in `scope`, else at module level), if unique.
 
@@ -185,6 +202,8 @@ class Values:
             hit = self.env_lookup(d, scope)
             if hit is not None and not self._assigned_attr(d):
                 return _capped(set(_hashable(v) for v in hit.values))
+        if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr":
+            return self._getattr_values(expr, scope, depth)
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
             return self.truth(expr, scope, depth)
         if isinstance(expr, (cst.BooleanOperation, cst.Comparison)):
