@@ -175,6 +175,7 @@ class Collector(cst.CSTVisitor):
         self.methods: dict[tuple[str, str], Scope] = {}
         # Functions defined inside another function, by (id of the enclosing scope, name).
         self.nested: dict[tuple[int, str], Scope] = {}
+        self.enclosing: dict[int, Scope] = {}  # id(scope of a nested function) -> the function it is defined in
         self.class_bases: dict[str, tuple[str, ...]] = {}
         self.calls: list[Call] = []
         self.import_froms: list[tuple[cst.ImportFrom, tuple[Guard, ...]]] = []
@@ -436,6 +437,7 @@ class Collector(cst.CSTVisitor):
             self.functions[node.name.value] = scope
         elif not self._class_stack or self._scope_stack[-1].klass == klass:
             self.nested[(id(self._scope_stack[-1]), node.name.value)] = scope
+            self.enclosing[id(scope)] = self._scope_stack[-1]
         self._scope_stack.append(scope)
         # A function body runs later, under the guards of its call site, not of its definition.
         self._saved = getattr(self, "_saved", [])

@@ -343,8 +343,9 @@ def _free_names(stmt, imported: set[str]) -> list[str]:
     return names
 
 
-def _extract(src: str, rng: random.Random, names) -> tuple[str, str, str]:
-    """Move one statement into a helper `def _helper_(...)` that returns what it binds.
+def _extract(src: str, rng: random.Random, names, expression: bool = False) -> tuple[str, str, str]:
+    """Move one statement into a helper `def _helper_(...)` that returns what it binds (`expression`: that
+    returns the call itself, `return get_peft_model(model, cfg)`).
     Returns (script, helper source, helper name); the script unchanged (and no helper) when nothing fits."""
     module = cst.parse_module(src)
     found = _candidates(module, names)
@@ -357,7 +358,9 @@ def _extract(src: str, rng: random.Random, names) -> tuple[str, str, str]:
     if isinstance(small, cst.Assign):
         target = small.targets[0].target.value
         params = [p for p in params]
-        helper = f"def _helper_({args}):\n    {target} = {module.code_for_node(small.value)}\n    return {target}\n"
+        value = module.code_for_node(small.value)
+        helper = (f"def _helper_({args}):\n    return {value}\n" if expression else
+                  f"def _helper_({args}):\n    {target} = {value}\n    return {target}\n")
         call = cst.parse_statement(f"{target} = _helper_({args})\n")
     else:
         helper = f"def _helper_({args}):\n    {module.code_for_node(small.value)}\n"
@@ -377,10 +380,10 @@ def _imports_of(src: str) -> str:
                    or (isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.ImportFrom)))
 
 
-def extract_helper(src: str, rng: random.Random) -> str:
+def extract_helper(src: str, rng: random.Random, expression: bool = False) -> str:
     """Extract the model's loading, LoRA injection or wrapping into a helper of the same file that
-    returns the model (`model = _helper_(name, cfg)`)."""
-    script, helper, _ = _extract(src, rng, _LOADERS + _WRAPPERS)
+    returns the model (`model = _helper_(name, cfg)`); `expression`: the helper returns the call."""
+    script, helper, _ = _extract(src, rng, _LOADERS + _WRAPPERS, expression)
     if not helper:
         return src
     module = cst.parse_module(script)
@@ -393,10 +396,10 @@ def extract_helper(src: str, rng: random.Random) -> str:
     return module.with_changes(body=body).code
 
 
-def move_helper_to_module(src: str, rng: random.Random) -> dict[str, str]:
+def move_helper_to_module(src: str, rng: random.Random, expression: bool = False) -> dict[str, str]:
     """Extract as `extract_helper`, into another module of a package: {"model_utils.py": ..., "train.py": ...}
     where train.py imports it relatively (`from .model_utils import _helper_`)."""
-    script, helper, name = _extract(src, rng, _LOADERS + _WRAPPERS)
+    script, helper, name = _extract(src, rng, _LOADERS + _WRAPPERS, expression)
     if not helper:
         return {"train.py": src}
     module = cst.parse_module(script)

@@ -151,8 +151,18 @@ class Builder(Classes, Linking):
         if f is None:
             return None
         if "." not in f:
-            # A function defined in the caller's own body (`def _to_cpu(t): ...` inside the helper) first.
-            return getattr(c, "nested", {}).get((id(call.scope), f)) or c.functions.get(f)
+            # A function defined in the caller's own body (`def _to_cpu(t): ...` inside the helper) first, then
+            # in the functions around it (`main()` and its helpers all defined inside one `run()`).
+            nested, enclosing = getattr(c, "nested", {}), getattr(c, "enclosing", {})
+            s = call.scope
+            for _ in range(8):
+                hit = nested.get((id(s), f))
+                if hit is not None:
+                    return hit
+                s = enclosing.get(id(s))
+                if s is None:
+                    break
+            return c.functions.get(f)
         if f.startswith("self.") and f.count(".") == 1 and call.scope.klass:
             return c.methods.get((call.scope.klass, f[5:]))
         return None
