@@ -238,7 +238,7 @@ def _pretrained(a, t, entity) -> bool:
         call = step.call
         if call is None or call.api != "load_model" or "from_pretrained" not in (call.qualname or ""):
             continue
-        for tg in call.targets:
+        for tg in a.result_targets(call):
             d = dotted(tg)
             if d and t.find(a._target_key(step, d)) == entity:
                 return True

@@ -358,7 +358,7 @@ def _is_trained(a, t, load) -> bool:
 def _load_keys(t, load) -> list[str]:
     call = load.call
     out = []
-    for tg in call.targets if call else []:
+    for tg in t.analysis.result_targets(call) if call else []:
         d = dotted(tg)
         if d:
             out.append(t.analysis._target_key(load.step, d))

@@ -71,6 +71,13 @@ LOADERS = {
             model = get_peft_model(model, LoraConfig(r=8))
             return model.cuda()
     """,
+    "loader_call": """
+        def _base():
+            return AutoModelForCausalLM.from_pretrained("m", quantization_config=%s)
+
+        def load():
+            return get_peft_model(_base(), LoraConfig(r=8))
+    """,
     "branches": """
         def load(lora=True):
             model = AutoModelForCausalLM.from_pretrained("m", quantization_config=%s)

@@ -16,6 +16,9 @@ from fsdplint.analysis.timeline import Timeline
 from fsdplint.collect import AttrSet, Call, Scope
 from fsdplint.resolve import dotted
 
+# The name a helper's `return <call>` binds the call's result to (not a name Python code can write).
+RETURNED = "__returned__"
+
 # Attributes that reach the same model through a wrapper.
 TRANSPARENT = {"module", "base_model", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
 # Roots whose first attribute names the object (`self.model`, `trainer.model`).
@@ -265,7 +268,8 @@ class Builder(Classes, Linking):
         elif call.method in SAME_MODEL_METHODS or (call.method == "unwrap_model" and self._is_accelerator(call.receiver)):
             inner = call.receiver if call.method != "unwrap_model" else call.arg(0, "model")
         else:
-            return None
+            # `return AutoModel.from_pretrained(...)`: the object that call's result was bound to.
+            return probe.key(RETURNED) if depth == 0 else None
         return self._returned_key(inner, probe, depth + 1) if inner is not None else None
 
     def _may_inline(self, callee: Scope, depth: int) -> bool:
@@ -318,9 +322,10 @@ class Builder(Classes, Linking):
         q = call.qualname or ""
         effects = CALL_EFFECTS.get(call.api or "", ()) + (
             CALL_EFFECTS.get("trl." + q.rsplit(".", 1)[-1], ()) if q.startswith("trl.") else ())
-        if not effects or len(call.targets) != 1:
+        targets = self.result_targets(call)
+        if not effects or len(targets) != 1:
             return []
-        target = dotted(call.targets[0])
+        target = dotted(targets[0])
         if target is None:
             return []
         out = []
@@ -405,8 +410,19 @@ class Builder(Classes, Linking):
                 return True
         return False
 
+    def result_targets(self, call: Call) -> list:
+        """What a call's result is bound to: its assignment targets, or for `return <call>` a name standing for
+        the returned object (`RETURNED`), which the caller's assignment is joined to (`_returned_key`)."""
+        if call.targets:
+            return call.targets
+        node = call.stmt.node if call.stmt is not None else None
+        if isinstance(node, cst.SimpleStatementLine) and any(
+                isinstance(s, cst.Return) and s.value is call.node for s in node.body):
+            return [cst.Name(RETURNED)]
+        return []
+
     def _bind_result(self, t: Timeline, step: Step, call: Call) -> None:
-        targets = call.targets
+        targets = self.result_targets(call)
         if not targets:
             return
         src_keys: list[Optional[str]] = []
