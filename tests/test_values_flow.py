@@ -192,3 +192,75 @@ def main():
         files["run.sh"] = f"torchrun --nproc_per_node 8 train.py {launch}\n"
     assert lint(tmp_path, files) == expected
 
+
+
+# -- the shape of peft's examples/sft: dataclass fields read in another module's helper -----------------
+SFT_UTILS = """
+import torch
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+from peft import LoraConfig
+
+def create_and_prepare_model(args, data_args, training_args):
+    bnb_config = None
+    quant_storage_dtype = None
+    if args.use_4bit_quantization:
+        compute_dtype = getattr(torch, args.bnb_4bit_compute_dtype)
+        quant_storage_dtype = getattr(torch, args.bnb_4bit_quant_storage_dtype)
+        bnb_config = BitsAndBytesConfig(
+            load_in_4bit=args.use_4bit_quantization,
+            bnb_4bit_quant_type=args.bnb_4bit_quant_type,
+            bnb_4bit_compute_dtype=compute_dtype,
+            bnb_4bit_use_double_quant=args.use_nested_quant,
+            bnb_4bit_quant_storage=quant_storage_dtype,
+        )
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model_name_or_path,
+        quantization_config=bnb_config,
+        torch_dtype=torch.bfloat16,
+    )
+    peft_config = LoraConfig(r=args.lora_r, target_modules=args.lora_target_modules.split(","))
+    return model, peft_config
+"""
+SFT_TRAIN = """
+from dataclasses import dataclass, field
+from typing import Optional
+from transformers import HfArgumentParser, TrainingArguments, Trainer
+from utils import create_and_prepare_model
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(default="m")
+    lora_r: Optional[int] = field(default=64)
+    lora_target_modules: Optional[str] = field(default="q_proj,k_proj,v_proj,o_proj")
+    use_nested_quant: Optional[bool] = field(default=False)
+    bnb_4bit_compute_dtype: Optional[str] = field(default="float16")
+    bnb_4bit_quant_storage_dtype: Optional[str] = field(default="uint8")
+    bnb_4bit_quant_type: Optional[str] = field(default="nf4")
+    use_4bit_quantization: Optional[bool] = field(default=False)
+
+@dataclass
+class DataTrainingArguments:
+    dataset_name: Optional[str] = field(default="d")
+
+def main(model_args, data_args, training_args):
+    model, peft_config = create_and_prepare_model(model_args, data_args, training_args)
+    trainer = Trainer(model=model, args=training_args, peft_config=peft_config)
+    trainer.train()
+
+if __name__ == "__main__":
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    main(model_args, data_args, training_args)
+"""
+ACCELERATE_FSDP1 = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_use_orig_params: true\nnum_processes: 8\n"
+
+
+@pytest.mark.parametrize("storage, expected", [("uint8", [("FSDP202", "error", "train.py")]), ("bfloat16", [])])
+def test_dataclass_fields_through_a_helper_of_another_module(tmp_path, storage, expected):
+    """`create_and_prepare_model(model_args, ...)` defined as `(args, ...)` in utils.py, reading
+    `getattr(torch, args.bnb_4bit_quant_storage_dtype)` under `if args.use_4bit_quantization:` set to True by
+    the launch: a uint8 storage under FSDP1 next to bfloat16 weights cannot be flattened (FSDP202)."""
+    files = {"utils.py": SFT_UTILS, "train.py": SFT_TRAIN, "fsdp.yaml": ACCELERATE_FSDP1,
+             "run.sh": "accelerate launch --config_file fsdp.yaml train.py --use_4bit_quantization True "
+                       f"--bnb_4bit_quant_storage_dtype {storage} --bf16 True --output_dir out\n"}
+    assert lint(tmp_path, files) == expected
