@@ -286,8 +286,32 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
                     defs.namespaces.setdefault(name, argparse_group)
     if not defs.namespaces and "Fire(" in source:
         _fire_definitions(nodes, functions, classes, imports, use_installed, project, defs)
+    for var in _trainer_args(nodes):
+        # `Trainer(args=x)` / `SFTTrainer(model, x)`: x is a TrainingArguments (or a subclass) even when its
+        # class cannot be read (an unknown import, a project subclass of one): the launch's `--fsdp ...`
+        # words are its fields.
+        g = defs.namespaces.get(var)
+        if g is not None and g is not argparse_group and not g.training:
+            g.training = True
+            for name, f in (library_fields("transformers.TrainingArguments", use_installed) or {}).items():
+                g.fields.setdefault(name, f)
     # `def main(args)` called with a parsed namespace: the parameter holds the same fields.
     return defs if defs.namespaces else None
+
+
+def _trainer_args(nodes) -> set[str]:
+    """Names passed as a trainer's training arguments: `args=` of a `...Trainer(...)` call, or its second
+    positional argument (`Trainer(model, args)`)."""
+    out = set()
+    for n in nodes:
+        if not isinstance(n, ast.Call) or not (_name(n.func) or "").rsplit(".", 1)[-1].endswith("Trainer"):
+            continue
+        arg = next((k.value for k in n.keywords if k.arg == "args"), None)
+        if arg is None and len(n.args) >= 2 and not any(isinstance(a, ast.Starred) for a in n.args[:2]):
+            arg = n.args[1]
+        if isinstance(arg, ast.Name):
+            out.add(arg.id)
+    return out
 
 
 def _parser_types(call: ast.Call) -> Optional[list]:
