@@ -272,7 +272,7 @@ def from_script(analysis) -> Optional[LaunchFacts]:
                 facts.settings["sharding"] = Setting("sharding", v, "", 0, fsdp)
         cfg = kw("fsdp_config")
         if cfg is not None:
-            _add_dict(facts, analysis, cfg, call.scope)
+            _add_dict(facts, analysis, cfg, call.scope, call.seq)
     for call in analysis.calls("FullyShardedDataParallelPlugin"):
         found = True
         facts.fsdp_version = facts.fsdp_version or 1
@@ -283,9 +283,19 @@ def from_script(analysis) -> Optional[LaunchFacts]:
     return _finished(facts, found)
 
 
-def _add_dict(facts: LaunchFacts, analysis, expr, scope) -> None:
+def _add_dict(facts: LaunchFacts, analysis, expr, scope, before=None) -> None:
     import libcst as cst
 
+    from fsdplint.analysis.records import UNKNOWN
+
+    entries = analysis.dict_entries(expr, scope, before)
+    if entries is not None:
+        # (written later by `cfg["fsdp_version"] = 2` / `cfg.update(...)`: the value where it is used)
+        for k, v in entries.items():
+            key = _norm(k)
+            facts.settings[key] = Setting(key, UNKNOWN if v is UNKNOWN else analysis.value(v, scope), "", 0,
+                                          None if v is UNKNOWN else v)
+        return
     bound = expr
     for _ in range(3):
         if isinstance(bound, cst.Name):

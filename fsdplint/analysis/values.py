@@ -702,6 +702,69 @@ class Values:
             return None
         return None
 
+    def dict_entries(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope],
+                     before: Optional[int] = None) -> Optional[dict]:
+        """key -> the expression a dict holds for it where it is used (before the item numbered `before`): the
+        dict literal or `dict(...)` the name is bound to, then each later `d[key] = v`, `d.update(key=v)` and
+        `d.update({...})` in the order written. A write that may not run (under an `if` the known values do
+        not decide, in a loop) or to a key the file does not spell makes the key UNKNOWN; one that cannot run
+        is left out. None when the dict itself is not known."""
+        bound, name = expr, None
+        for _ in range(3):
+            if not isinstance(bound, cst.Name):
+                break
+            name, nxt = bound.value, self.binding(bound.value, scope)
+            if nxt is None:
+                break
+            bound = nxt
+        out: dict = {}
+        if isinstance(bound, cst.Dict):
+            for el in bound.elements:
+                k = self.value(el.key, scope) if isinstance(el, cst.DictElement) else UNKNOWN
+                if not isinstance(k, str):
+                    return None
+                out[k] = el.value
+        elif isinstance(bound, cst.Call) and dotted(bound.func) == "dict" and all(a.keyword for a in bound.args):
+            out.update({a.keyword.value: a.value for a in bound.args})
+        else:
+            return None
+        if name is None or bound is expr:
+            return out
+        owner = next((x for x in ([scope] if scope is not None else []) + [self.c.module_scope]
+                      if name in x.assigns), None)
+        if owner is None:
+            return out
+        writes = [(ds.seq, ds, [(ds.key, ds.value)] if ds.key is not None else None) for ds in owner.dict_sets
+                  if ds.target == name]
+        for c in owner.calls:
+            if c.method == "update" and dotted(c.receiver) == name:
+                pairs = []
+                for arg in c.node.args:
+                    if arg.keyword is not None:
+                        pairs.append((arg.keyword.value, arg.value))
+                    elif isinstance(arg.value, cst.Dict) and not arg.star and all(
+                            isinstance(e, cst.DictElement) and isinstance(self.value(e.key, owner), str)
+                            for e in arg.value.elements):
+                        pairs += [(self.value(e.key, owner), e.value) for e in arg.value.elements]
+                    else:
+                        pairs = None
+                        break
+                writes.append((c.seq, c, pairs))
+        for seq, item, pairs in sorted(writes, key=lambda w: w[0]):
+            if before is not None and seq >= before or self.cannot_run(item):
+                continue
+            sure = not item.loops and all(
+                self.truth(g.node.test, item.scope) == {g.branch == "body"} for g in item.guards
+                if g.branch in ("body", "orelse") and getattr(g.node, "test", None) is not None) and not any(
+                g.branch not in ("body", "orelse") for g in item.guards)
+            if pairs is None:  # `d[key] = v` with a key the file computes: any key may change
+                out = {k: UNKNOWN for k in out}
+                continue
+            for k, v in pairs:
+                out[k] = v if sure or (k in out and self.value(out[k], owner) == self.value(v, owner)
+                                       is not UNKNOWN) else UNKNOWN
+        return out
+
     def call_for(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], api: str) -> Optional[Call]:
         """The `api(...)` call `expr` evaluates to, following simple name bindings."""
         for _ in range(4):
