@@ -139,12 +139,15 @@ def add_switched(out: list[Finding], extra: list[tuple[Run, list[Finding]]]) -> 
             f.severity = Severity.WARNING
         f.fix = None  # the code also runs without the flags: no edit made for one configuration
         labels = []
+        untold = f.notes.pop("switches untold", False)
         for run, flags in where:
+            shown = (f"some of `{flags}` (more than four opt-in flags are free, and which of them give this was "
+                     f"not tried: declare the launch, e.g. --launch, to decide)") if untold else f"`{flags}`"
             if run.launch is not None:
-                labels.append(f"{run.launch.label} with `{flags}`")
+                labels.append(f"{run.launch.label} with {shown}")
                 _relate_launch(f, run.launch)
             else:
-                labels.append(f"`{flags}`")
+                labels.append(shown)
         f.notes["opt-in flags"] = "; ".join(flags for _, flags in where)
         if all(run.launch is None for run, _ in where):
             _add_condition(f, f"when launched with {', '.join(labels)}")
@@ -211,8 +214,8 @@ def told_apart(run: Run, findings: list[Finding], lint: Callable[[Run], list[Fin
     """With several flags free, check each finding against a run with only the flags it names free: the
     `if`s around its places may not show them all (a value set under `if args.use_4bit:` and read
     elsewhere, FSDP switched on by another flag), or show none. One more run per set tried, adding one
-    flag at a time with at most four free; a finding whose flags cannot be told this way is left out
-    (naming every flag of the script would not say which configuration gives it)."""
+    flag at a time with at most four free. With more free, a finding whose flags are not told this way is
+    kept, saying that it needs some of them and that the launch decides which (not dropped without a word)."""
     guessed = {id(f) for f in findings if f.notes.pop("switches guessed", False)}
     if len(run.free) < 2:
         return findings
@@ -241,6 +244,9 @@ def told_apart(run: Run, findings: list[Finding], lint: Callable[[Run], list[Fin
                     break
             else:
                 f.notes["switches"] = every
+        else:
+            f.notes["switches"] = every
+            f.notes["switches untold"] = True
         refused = f.notes.get("switches refused")
         if f.notes["switches"] is not None and refused is not None and refused(f.notes["switches"].split()):
             f.notes["switches"] = None  # the script stops on these flags itself
