@@ -156,7 +156,9 @@ def _run_files(files: list[str], settings, jobs: int, stdin_text: Optional[str],
     from fsdplint.engine import lint_file, lint_files
 
     if stdin_text is not None:
-        return [lint_file(stdin_filename or "-", settings, text=stdin_text)]
+        from fsdplint.relocate import relocate
+
+        return relocate([lint_file(stdin_filename or "-", settings, text=stdin_text)])
     if jobs <= 1 or len(files) < 2:
         return lint_files(files, settings)
     import multiprocessing
@@ -167,8 +169,10 @@ def _run_files(files: list[str], settings, jobs: int, stdin_text: Optional[str],
     except ValueError:  # platforms without fork
         mp = multiprocessing.get_context()
     chunk = max(1, len(files) // (jobs * 8))
+    from fsdplint.relocate import relocate
+
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp) as pool:
-        return list(pool.map(lint_file, files, [settings] * len(files), chunksize=chunk))
+        return relocate(list(pool.map(lint_file, files, [settings] * len(files), chunksize=chunk)))
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -21,6 +21,7 @@ from fsdplint.findings import Applicability, Finding, Position, Severity
 from fsdplint.fixes import apply_edits, to_fix
 from fsdplint.noqa import NoqaMap
 from fsdplint.registry import all_rules, rules_by_code
+from fsdplint.relocate import CAUSE, OWN_MESSAGE, relocate
 from fsdplint.runs import branch_notes
 from fsdplint.source import SourceError, SourceFile, decode
 
@@ -261,7 +262,10 @@ def lint_text(
                 if site is None:
                     continue
                 node, related = site.node, [foreign[0], *related]
+                cause = (foreign[0], message)  # reported at the cause instead when that file is linted too (relocate.py)
                 message = f"{message} (in {foreign[0].filename}:{foreign[0].start.row})"
+            else:
+                cause = None
             start, end = pos.range(node)
             key = (r.rule.code, start)  # one finding per code and place, even if several causes
             if key in seen:
@@ -290,6 +294,7 @@ def lint_text(
                     fix=fix,
                     source_line=pos.line_text(start.row),
                     related=related,
+                    notes={CAUSE: cause[0], OWN_MESSAGE: cause[1] + note} if cause else {},
                 )
             )
     run = settings.options.get("run")
@@ -568,7 +573,7 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
     `analysis/index.py`); linted first, its parse would be gone from the bounded tables by the time a far
     caller reaches it, and the part that caller needs parsed again."""
     if not settings.project or len(files) < 2:
-        return [lint_file(f, settings) for f in files]
+        return relocate([lint_file(f, settings) for f in files])
     from fsdplint.analysis.index import expect
 
     order = _importers_first(files, settings)
@@ -579,7 +584,7 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
             out[i] = lint_file(files[i], settings)
     finally:
         expect(())  # nothing is to come once the run is over, however it ended
-    return [out[i] for i in range(len(files))]
+    return relocate([out[i] for i in range(len(files))])
 
 
 def _importers_first(files: list[str], settings: Settings) -> list[int]:

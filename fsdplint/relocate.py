@@ -1,0 +1,77 @@
+"""A finding caused by a statement of another module is reported at the call in the linted file that
+runs it (the other module alone may not show the cause: nothing there loads a 4-bit model). When that
+other module is linted in the same run, the finding belongs to the faulty statement: it is reported
+there, once however many callers reach it, with the calls as related locations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from fsdplint.findings import Finding, Related
+
+# Finding.notes keys the engine sets on a finding reported at a call for a statement of another module.
+CAUSE = "caused at"  # the Related location of the faulty statement
+OWN_MESSAGE = "message at the cause"  # the message without the "(in other.py:N)" the caller's copy carries
+
+
+def _key(name: str) -> Optional[Path]:
+    try:
+        return Path(name).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _line(path: Path, row: int) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return lines[row - 1] if 0 < row <= len(lines) else ""
+
+
+def relocate(results: list) -> list:
+    """`results` (engine FileResults, in order) with each finding caused in another linted file moved there."""
+    by_path = {}
+    for r in results:
+        k = _key(r.filename)
+        if k is not None and r.filename != "-":
+            by_path.setdefault(k, r)
+    moved: dict[tuple, Finding] = {}
+    for r in results:
+        keep = []
+        for f in r.findings:
+            cause = f.notes.get(CAUSE)
+            target = by_path.get(_key(cause.filename)) if isinstance(cause, Related) else None
+            if target is None or target is r:
+                keep.append(f)
+                continue
+            # (the lines the message names are the caller's: it was written for the caller's file)
+            call = Related(f.filename, f.start, f.end, f"the call that runs it (lines the message names are {f.filename}'s)")
+            k = (target.filename, cause.start, f.code)
+            if k in moved:
+                if call not in moved[k].related:
+                    moved[k].related.append(call)
+                continue
+            f.notes.pop(CAUSE, None)
+            f.filename, f.start, f.end = target.filename, cause.start, cause.end
+            f.message = f.notes.pop(OWN_MESSAGE, f.message)
+            f.related = [call, *(x for x in f.related if x != cause)]
+            f.source_line = _line(Path(target.filename), cause.start.row)
+            moved[k] = f
+    for r in results:
+        r.findings = [f for f in r.findings if not (f.notes.get(CAUSE) is not None and _key(
+            f.notes[CAUSE].filename) in by_path and by_path[_key(f.notes[CAUSE].filename)] is not r)]
+    for r in results:
+        for f in r.findings:  # (a cause outside the linted files stays at the call: the markers go)
+            f.notes.pop(CAUSE, None)
+            f.notes.pop(OWN_MESSAGE, None)
+    for (filename, start, code), f in moved.items():
+        target = next(r for r in results if r.filename == filename)
+        same = next((g for g in target.findings if g.code == code and g.start == start), None)
+        if same is not None:  # the module's own lint found it too: one finding, with the calls related
+            same.related.extend(x for x in f.related if x not in same.related)
+        else:
+            target.findings.append(f)
+            target.findings.sort(key=lambda g: g.sort_key())
+    return results
