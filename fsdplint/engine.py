@@ -309,6 +309,7 @@ def lint_text(
             flags = needed_switches(ctx, f, run.free, rows.get(i, ()))
             if flags is not None:
                 f.notes["switches"] = flags
+    findings = _one_per_cause(findings)
     findings.extend(errors)
     if UNUSED_NOQA in codes:
         lines = text.splitlines()
@@ -320,6 +321,30 @@ def lint_text(
                     _finding(UNUSED_NOQA, filename, f"unused `noqa` directive (non-matching: {', '.join(unused)})", d.row, col, line)
                 )
     return findings
+
+
+def _one_per_cause(findings: list[Finding]) -> list[Finding]:
+    """Warnings of one rule with the very same message in one file are one cause (an undeclared torch pin
+    under four `fully_shard(ignored_params=...)` calls): one finding at the first place, the others as its
+    related locations. Errors stay apart: each is a place that fails and is fixed on its own."""
+    from fsdplint.findings import Related
+
+    first: dict[tuple, Finding] = {}
+    out = []
+    for f in findings:
+        if f.severity is not Severity.WARNING or f.notes.get("switches") is not None or f.fix is not None:
+            out.append(f)
+            continue
+        k = (f.code, f.filename, f.message)
+        head = first.get(k)
+        if head is None:
+            first[k] = f
+            out.append(f)
+            continue
+        head.related.append(Related(f.filename, f.start, f.end, "the same cause here" + (
+            f": {f.source_line.strip()}" if f.source_line.strip() else "")))
+        head.related.extend(r for r in f.related if r not in head.related)
+    return out
 
 
 def _project(settings: Settings, path: Optional[Path]):
