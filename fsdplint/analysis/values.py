@@ -707,8 +707,9 @@ class Values:
         """key -> the expression a dict holds for it where it is used (before the item numbered `before`): the
         dict literal or `dict(...)` the name is bound to, then each later `d[key] = v`, `d.update(key=v)` and
         `d.update({...})` in the order written. A write that may not run (under an `if` the known values do
-        not decide, in a loop) or to a key the file does not spell makes the key UNKNOWN; one that cannot run
-        is left out. None when the dict itself is not known."""
+        not decide, in a loop) gives its value to a key that had none and makes one that had another UNKNOWN;
+        one that cannot run is left out. None when the dict is not known (nor a write to keys the file does
+        not spell)."""
         bound, name = expr, None
         for _ in range(3):
             if not isinstance(bound, cst.Name):
@@ -757,12 +758,13 @@ class Values:
                 self.truth(g.node.test, item.scope) == {g.branch == "body"} for g in item.guards
                 if g.branch in ("body", "orelse") and getattr(g.node, "test", None) is not None) and not any(
                 g.branch not in ("body", "orelse") for g in item.guards)
-            if pairs is None:  # `d[key] = v` with a key the file computes: any key may change
-                out = {k: UNKNOWN for k in out}
-                continue
+            if pairs is None:  # `d[key] = v` / `d.update(f())` with keys the file does not spell: any key
+                return None
             for k, v in pairs:
-                out[k] = v if sure or (k in out and self.value(out[k], owner) == self.value(v, owner)
-                                       is not UNKNOWN) else UNKNOWN
+                # A write that may run: the value when the key had none (the only one it can hold, as a
+                # keyword written under the same `if`), unknown when it may replace another.
+                out[k] = v if sure or k not in out or (out[k] is not UNKNOWN and self.value(out[k], owner) == self.value(
+                    v, owner) is not UNKNOWN) else UNKNOWN
         return out
 
     def call_for(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], api: str) -> Optional[Call]:
@@ -831,6 +833,12 @@ class Values:
             return direct
         hidden = False
         for star in call.star_kwargs():
+            entries = self.dict_entries(star, call.scope, call.seq) if isinstance(star, cst.Name) else None
+            if entries is not None:
+                # The dict where the call reads it: its literal with the writes before the call applied.
+                if name in entries:
+                    return entries[name]
+                continue
             d = star
             for _ in range(4):
                 if isinstance(d, (cst.Name, cst.Attribute)):
