@@ -208,6 +208,15 @@ def test_helper_in_another_module_keeps_findings(name, seed, tmp_path):
 
 
 @pytest.mark.parametrize("name", BUGGY)
+def test_helper_returning_the_call_keeps_findings(name, tmp_path):
+    """`return get_peft_model(model, cfg)` (not a name) in a helper of the same file or another module."""
+    text, before = original(name)
+    assert _codes(lint(mutations.extract_helper(text, random.Random(0), expression=True), name)) == _codes(before)
+    files = mutations.move_helper_to_module(text, random.Random(1), expression=True)
+    assert Counter(c for c, _ in lint_package(files, name, tmp_path)) == _codes(before)
+
+
+@pytest.mark.parametrize("name", BUGGY)
 def test_second_name_keeps_findings(name):
     text, before = original(name)
     assert _codes(lint(mutations.second_name(text, random.Random(0)), name)) == _codes(before)
