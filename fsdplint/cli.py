@@ -95,6 +95,38 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
 _YAML_SNIFF_BYTES = 1 << 20
 
 
+def _expand_launchers(paths, settings) -> tuple:
+    """A shell launcher named on the command line stands for its launches: the scripts it runs are linted
+    under those launches (as `--launch` would give them), the shell text is never parsed as Python."""
+    from fsdplint.launchers import is_launcher_file, launcher_targets
+
+    out, given = [], []
+    for p in paths:
+        path = Path(p)
+        if p == "-" or not path.is_file() or not is_launcher_file(path):
+            out.append(p)
+            continue
+        try:
+            launches, scripts, warnings = launcher_targets(path)
+        except OSError as e:
+            raise UsageError(str(e))
+        for w in warnings:
+            click.echo(f"fsdplint: warning: {w}", err=True)
+        given.extend(launches)
+        for s in scripts:
+            try:
+                shown = os.path.relpath(s)
+            except ValueError:
+                shown = str(s)
+            if not shown.startswith(".." + os.sep + ".."):
+                s = Path(shown)
+            if str(s) not in out:
+                out.append(str(s))
+    if given:
+        settings.options["launches"] = [*settings.options.get("launches", []), *given]
+    return tuple(out)
+
+
 def _lintable_yaml(path: Path, named: set) -> bool:
     """A YAML file in a linted directory is linted when it is a training-tool config (by content)
     or an accelerate config a launcher names."""
@@ -267,6 +299,7 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             settings.options["launch"] = load_accelerate_config(Path(accelerate_config))
         if not paths:
             paths = (".",)
+        paths = _expand_launchers(paths, settings)
         dirs = [p for p in paths if p != "-" and Path(p).is_dir()]
         if dirs:
             # Launchers that name a config or script are looked for under the linted directory.

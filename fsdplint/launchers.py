@@ -1004,3 +1004,36 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
 def launches_from_command(cmd: str) -> list[Launch]:
     """Launches of a `--launch "CMD"` given on the command line (deepspeed jobs left out)."""
     return [l for l in parse_launches(cmd, "--launch") if l.is_fsdp_capable]
+
+
+def is_launcher_file(path: Path) -> bool:
+    """A shell launcher named on the command line (read as the launches it runs, never as Python)."""
+    return path.suffix in _SHELL_SUFFIXES
+
+
+def launcher_targets(sh: Path) -> tuple[list[Launch], list[Path], list[str]]:
+    """The launches of a shell file given on the command line, the scripts they run (resolved from where
+    each runs) and a warning for each FSDP-capable launch whose script is not found."""
+    try:
+        display = os.path.relpath(sh)
+    except ValueError:
+        display = str(sh)
+    try:
+        text = sh.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise OSError(f"{display}: {e.strerror or e}") from None
+    launches = [l for l in parse_launches(text, display, str(sh)) if l.is_fsdp_capable]
+    root = project_root(sh)
+    scripts: list[Path] = []
+    warnings = []
+    for launch in launches:
+        found = launched_files(launch, root)
+        if not found:
+            what = f"-m {launch.module}" if launch.module else launch.script
+            warnings.append(f"{launch.label}: the script it launches ({what}) was not found; nothing linted for it")
+        for p in found:
+            if p not in scripts:
+                scripts.append(p)
+    if not launches:
+        warnings.append(f"{display}: launches no Python script (deepspeed jobs are not FSDP); nothing linted for it")
+    return launches, scripts, warnings

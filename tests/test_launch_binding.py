@@ -118,3 +118,22 @@ def test_a_module_in_a_src_layout_binds_from_the_root(tmp_path):
     })
     assert [Path(l.file).name for l in launches_for(root / "src" / "pkg" / "train.py")] == ["run.sh"]
     assert launches_for(root / "src" / "pkg" / "eval" / "train.py") == []
+
+
+def test_a_shell_launcher_on_the_command_line_lints_the_scripts_it_runs_under_it(tmp_path, monkeypatch):
+    root = _examples(tmp_path)
+    monkeypatch.chdir(root)
+    found = _lint("examples/qlora/run.sh")
+    assert [(f["code"], f["filename"]) for f in found] == [("FSDP202", "examples/qlora/train.py")]
+    assert "examples/qlora/run.sh:1" in found[0]["message"]
+    # The launcher is never parsed as Python (FSDP900 SyntaxError), and a correct launch reports nothing.
+    assert _lint("examples/plain/run.sh") == []
+
+
+def test_a_shell_launcher_whose_script_is_missing_says_so(tmp_path, monkeypatch):
+    _write(tmp_path, {"job.sh": "deepspeed train.py\npython missing.py --quant 4bit\n"})
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["check", "--isolated", "job.sh"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "job.sh:2: the script it launches (missing.py) was not found" in r.stderr
+    assert "FSDP900" not in r.output
