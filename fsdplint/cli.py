@@ -123,7 +123,7 @@ def _expand_launchers(paths, settings) -> tuple:
             if str(s) not in out:
                 out.append(str(s))
     if given:
-        settings.options["launches"] = [*settings.options.get("launches", []), *given]
+        settings.options["launcher_launches"] = given
     return tuple(out)
 
 
@@ -226,7 +226,11 @@ def main() -> None:
 @click.option("--config", "config_path", default=None, help="Use this configuration file for every linted file.")
 @click.option("--isolated", is_flag=True, help="Ignore all configuration files.")
 @click.option("--show-internal-errors", is_flag=True, help="Print tracebacks of internal errors.")
-@click.option("-v", "--verbose", is_flag=True, help="Verbose: also print tracebacks of internal errors.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Verbose: print what each file's findings rest on (project root, launches, configs, versions) "
+                   "to stderr, and tracebacks of internal errors.")
+@click.option("--show-settings", is_flag=True,
+              help="Print what each file would be linted with (project root, launches, configs, versions) and exit.")
 @click.option("--accelerate-config", default=None, help="An accelerate config YAML the scripts are launched with.")
 @click.option("--launch", "launch_cmds", multiple=True,
               help='A command that launches the scripts, e.g. "accelerate launch --use_fsdp train.py --load_in_4bit" '
@@ -247,7 +251,8 @@ def main() -> None:
 def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_format, exit_zero, jobs,
           stdin_filename, target_version, torch_version, config_path, isolated, show_internal_errors, verbose,
           accelerate_config, model_config, color, output_file, baseline_path, write_baseline_path, add_noqa,
-          statistics, show_fixes, force_exclude, no_cache, cache_dir, no_project, launch_cmds=()) -> None:
+          statistics, show_fixes, force_exclude, no_cache, cache_dir, no_project, launch_cmds=(),
+          show_settings=False) -> None:
     """Lint training scripts (files, directories, or `-` for stdin)."""
     from fsdplint.engine import Settings
 
@@ -312,6 +317,14 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             files = discover(paths, settings, force_exclude=force_exclude)
         for w in _config_warnings(files, settings):
             click.echo(f"fsdplint: warning: {w}", err=True)
+        if show_settings or verbose:
+            from fsdplint.explain import explain_file
+
+            for f in files:
+                for line in explain_file(f, settings):
+                    click.echo(line, err=not show_settings)
+            if show_settings:
+                return
         if jobs <= 0:
             jobs = min(os.cpu_count() or 1, 8) if len(files) >= 16 else 1
         results = _run_files(files, settings, jobs, stdin_text, stdin_filename)
