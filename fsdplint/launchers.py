@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from fsdplint.doc_commands import DOC_SUFFIXES, shell_text
 from fsdplint.roots import has_marker, linted_root
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -777,6 +778,7 @@ _SHELL_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".job")
 _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "env", "node_modules", "__pycache__", "site-packages", "build",
               "dist", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _MAX_SHELL_FILES = 300
+_MAX_DOC_FILES = 200
 _MAX_SHELL_BYTES = 512 * 1024
 _PARSED: dict[tuple, list[Launch]] = {}
 _FILES: dict[str, list[Path]] = {}
@@ -796,13 +798,29 @@ def project_root(script: Path) -> Path:
     return start
 
 
+def _is_doc(path: Path, root: Path) -> bool:
+    """A document whose shell blocks count as launchers: a README anywhere, any Markdown/RST page under a
+    docs/ or examples/ folder (pages elsewhere rarely hold the project's own launch commands)."""
+    if not path.name.endswith(DOC_SUFFIXES):
+        return False
+    if path.name.lower().startswith("readme"):
+        return True
+    try:
+        parts = path.relative_to(root).parts[:-1]
+    except ValueError:
+        return False
+    return any(p.lower() in ("docs", "doc", "examples", "example", "recipes") for p in parts)
+
+
 def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
-    """Shell scripts under `root` (`max_depth` directory levels down), cached per process."""
+    """Shell scripts under `root` (`max_depth` directory levels down), then the documents whose shell
+    blocks launch scripts (READMEs, docs/, examples/), cached per process."""
     key = f"{root}\0{max_depth}"
     hit = _FILES.get(key)
     if hit is not None:
         return hit
     found: list[Path] = []
+    docs: list[Path] = []
     base_depth = len(root.parts)
     for dirpath, dirs, names in os.walk(root):
         depth = len(Path(dirpath).parts) - base_depth
@@ -810,10 +828,19 @@ def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
         for n in sorted(names):
             if n.endswith(_SHELL_SUFFIXES):
                 found.append(Path(dirpath) / n)
+            elif n.endswith(DOC_SUFFIXES) and len(docs) < _MAX_DOC_FILES and _is_doc(Path(dirpath) / n, root):
+                docs.append(Path(dirpath) / n)
         if len(found) >= _MAX_SHELL_FILES:
             break
-    _FILES[key] = found[:_MAX_SHELL_FILES]
+    _FILES[key] = found[:_MAX_SHELL_FILES] + docs
     return _FILES[key]
+
+
+def _shell_text_of(path: Path, text: str) -> str:
+    """A launcher's shell text; for a document, its shell blocks in place (other lines blank)."""
+    if path.name.endswith(DOC_SUFFIXES):
+        return shell_text(text, rst=path.suffix == ".rst")
+    return text
 
 
 def _read_launches(path: Path, display: str) -> list[Launch]:
@@ -825,7 +852,7 @@ def _read_launches(path: Path, display: str) -> list[Launch]:
         hit = _PARSED.get(key)
         if hit is not None:
             return hit
-        text = path.read_text(encoding="utf-8")
+        text = _shell_text_of(path, path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return []
     try:

@@ -1,0 +1,74 @@
+"""Launch commands documented in README/docs (fenced shell blocks, `$ ` console lines, RST code blocks)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from fsdplint.cli import main
+from fsdplint.launchers import launches_for
+from test_launch_binding import QLORA_BY_CHOICE, TARGETS
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+
+
+def _lint(*args) -> list[dict]:
+    r = CliRunner().invoke(main, ["check", "--isolated", "--exit-zero", "--output-format", "json", *TARGETS,
+                                  *map(str, args)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+README = """\
+# Fine-tuning
+
+Install, then run from the repository root:
+
+```bash
+pip install -e .
+torchrun --nproc_per_node 8 \\
+    scripts/train.py --quant 4bit
+```
+
+```python
+# not a launch: python scripts/train.py --quant none
+```
+"""
+
+
+def test_a_readme_fenced_block_is_a_launch_pointing_into_the_readme(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    _write(root, {"pyproject.toml": "[project]\nname = 'demo'\n", "scripts/train.py": QLORA_BY_CHOICE,
+                  "README.md": README})
+    monkeypatch.chdir(root)
+    (launch,) = launches_for(Path("scripts/train.py"))
+    assert (launch.file, launch.line, launch.launcher) == ("README.md", 7, "torchrun")
+    (f,) = _lint("scripts/train.py")
+    assert f["code"] == "FSDP202" and f["severity"] == "error"
+    assert "when launched by README.md:7" in f["message"]
+
+
+def test_console_lines_and_rst_code_blocks_in_docs_and_examples(tmp_path):
+    root = tmp_path / "repo"
+    _write(root, {
+        "pyproject.toml": "[project]\nname = 'demo'\n",
+        "examples/qlora/train.py": QLORA_BY_CHOICE,
+        # A console session: `$ ` lines are commands, the rest is output.
+        "examples/qlora/README.md": "Run it:\n\n```console\n$ cd examples/qlora\n$ python train.py --quant 4bit\n"
+                                    "python train.py: loading\n```\n",
+        "docs/usage.rst": "Usage\n=====\n\n.. code-block:: bash\n\n   accelerate launch -m examples.qlora.train \\\n"
+                          "      --quant none\n",
+        # An untagged block that holds no launcher command, and a page outside docs/: not read.
+        "docs/notes.md": "```\nquant = 4bit\n```\n",
+        "notes/howto.md": "```bash\npython examples/qlora/train.py --quant 4bit\n```\n",
+    })
+    got = sorted((Path(l.file).name, l.line, l.launcher) for l in launches_for(root / "examples/qlora/train.py"))
+    assert got == [("README.md", 5, "python"), ("usage.rst", 6, "accelerate")]
