@@ -40,7 +40,9 @@ def _configs(path: Path, runs, options) -> list[str]:
     for run in runs:
         facts = launch_mod.from_launcher(run.launch, base_dirs(run, path))
         if facts is not None and facts.source:
-            out.append(f"{facts.source} (named by the launch at {run.launch.label})")
+            how = ("the user's default accelerate config, read by this bare `accelerate launch`"
+                   if facts.source == str(launch_mod.default_accelerate_config_path()) else "named by the launch")
+            out.append(f"{facts.source} ({how} at {run.launch.label})")
         elif run.launch.launcher == "accelerate":
             open_ = True
     if open_ and options.get("discover_launch", True):

@@ -72,3 +72,33 @@ def test_console_lines_and_rst_code_blocks_in_docs_and_examples(tmp_path):
     })
     got = sorted((Path(l.file).name, l.line, l.launcher) for l in launches_for(root / "examples/qlora/train.py"))
     assert got == [("README.md", 5, "python"), ("usage.rst", 6, "accelerate")]
+
+
+DEFAULT_FSDP1 = "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+
+
+def test_a_bare_accelerate_launch_reads_the_users_default_config(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    script = QLORA_BY_CHOICE.replace("model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True)",
+                                     "from accelerate import Accelerator\nmodel = Accelerator().prepare(model)")
+    script = script.replace("default=\"none\"", "default=\"4bit\"")
+    _write(root, {"pyproject.toml": "[project]\nname = 'demo'\n", "train.py": script,
+                  "run.sh": "accelerate launch train.py\n"})
+    home = tmp_path / "hf"
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HF_HOME", str(home))
+    assert _lint(root / "train.py") == []  # no default config: accelerate runs without FSDP
+    (home / "accelerate").mkdir(parents=True)
+    (home / "accelerate" / "default_config.yaml").write_text(DEFAULT_FSDP1)
+    (f,) = _lint(root / "train.py")
+    assert f["code"] == "FSDP202"
+    # XDG_CACHE_HOME is where accelerate looks when HF_HOME is not set.
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _lint(root / "train.py") == []
+    (tmp_path / "xdg" / "huggingface" / "accelerate").mkdir(parents=True)
+    (tmp_path / "xdg" / "huggingface" / "accelerate" / "default_config.yaml").write_text(DEFAULT_FSDP1)
+    assert [f["code"] for f in _lint(root / "train.py")] == ["FSDP202"]
+    # `--cpu` does not read it.
+    (root / "run.sh").write_text("accelerate launch --cpu train.py\n")
+    assert _lint(root / "train.py") == []
