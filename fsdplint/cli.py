@@ -68,10 +68,12 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
         if not path.exists() and not path.is_symlink():
             raise UsageError(f"{p}: No such file or directory")
         if path.is_dir():
-            from fsdplint.toolconfigs.launchers import accelerate_configs_named_by
+            from fsdplint.toolconfigs.launchers import accelerate_configs_named_by, search_root
 
-            # Accelerate configs a launcher passes with --config_file are linted wherever they sit.
-            named = {os.path.normpath(str(Path(p).resolve())) for p in accelerate_configs_named_by(path)}
+            # Accelerate configs a launcher of the project passes with --config_file are linted wherever they
+            # sit (the launcher may live outside the folder named here).
+            named = {os.path.normpath(str(Path(p).resolve()))
+                     for p in accelerate_configs_named_by(search_root(path, str(path)))}
             for root, dirs, names in os.walk(path, followlinks=False):
                 rootp = Path(root)
                 cfg = Config() if settings.isolated else load_config(rootp, explicit=Path(settings.config_path) if settings.config_path else None)
