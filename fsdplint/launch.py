@@ -273,7 +273,14 @@ def from_script(analysis) -> Optional[LaunchFacts]:
                 facts.settings["sharding"] = Setting("sharding", v, "", 0, fsdp)
         cfg = kw("fsdp_config")
         if cfg is not None:
-            _add_dict(facts, analysis, cfg, call.scope)
+            named = analysis.value(cfg, call.scope)
+            if isinstance(named, str) and named.endswith((".json", ".yaml", ".yml")):
+                # `fsdp_config="fsdp.json"`: the Trainer reads the file (relative to where the job runs).
+                here = getattr(analysis, "path", None)
+                _add_config_file(facts, named, tuple(str(d) for d in ((here.parent,) if here else ()))
+                                 + (os.getcwd(),))
+            else:
+                _add_dict(facts, analysis, cfg, call.scope)
     for call in analysis.calls("FullyShardedDataParallelPlugin"):
         found = True
         facts.fsdp_version = facts.fsdp_version or 1

@@ -6,6 +6,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from fsdplint.cli import main
@@ -102,3 +103,23 @@ def test_a_bare_accelerate_launch_reads_the_users_default_config(tmp_path, monke
     # `--cpu` does not read it.
     (root / "run.sh").write_text("accelerate launch --cpu train.py\n")
     assert _lint(root / "train.py") == []
+
+
+TRAINER_FSDP_JSON = """\
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
+
+model = AutoModelForCausalLM.from_pretrained("m", quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+FSDP_JSON = "configs/fsdp.json"
+args = TrainingArguments(output_dir="o", fsdp="full_shard auto_wrap", fsdp_config=FSDP_JSON)
+Trainer(model=model, args=args).train()
+"""
+
+
+# FSDP1 keeps the uint8 storage FSDP1 cannot flatten (FSDP202); FSDP2 on torch 2.6 cannot exclude 4-bit weights (FSDP201).
+@pytest.mark.parametrize("version,expected", [(1, ["FSDP202"]), (2, ["FSDP201"])])
+def test_the_trainers_fsdp_config_json_file_is_read(tmp_path, monkeypatch, version, expected):
+    _write(tmp_path, {"train.py": TRAINER_FSDP_JSON,
+                      "configs/fsdp.json": f'{{\n  "version": {version},\n  "backward_prefetch": "backward_pre"\n}}\n'})
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert [f["code"] for f in _lint("train.py")] == expected
