@@ -68,10 +68,12 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
         if not path.exists() and not path.is_symlink():
             raise UsageError(f"{p}: No such file or directory")
         if path.is_dir():
-            from fsdplint.toolconfigs.launchers import accelerate_configs_named_by
+            from fsdplint.toolconfigs.launchers import accelerate_configs_named_by, search_root
 
-            # Accelerate configs a launcher passes with --config_file are linted wherever they sit.
-            named = {os.path.normpath(str(Path(p).resolve())) for p in accelerate_configs_named_by(path)}
+            # Accelerate configs a launcher of the project passes with --config_file are linted wherever they
+            # sit (the launcher may live outside the folder named here).
+            named = {os.path.normpath(str(Path(p).resolve()))
+                     for p in accelerate_configs_named_by(search_root(path, str(path)))}
             for root, dirs, names in os.walk(path, followlinks=False):
                 rootp = Path(root)
                 cfg = Config() if settings.isolated else load_config(rootp, explicit=Path(settings.config_path) if settings.config_path else None)
@@ -93,6 +95,38 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
 
 
 _YAML_SNIFF_BYTES = 1 << 20
+
+
+def _expand_launchers(paths, settings) -> tuple:
+    """A shell launcher named on the command line stands for its launches: the scripts it runs are linted
+    under those launches (as `--launch` would give them), the shell text is never parsed as Python."""
+    from fsdplint.launchers import is_launcher_file, launcher_targets
+
+    out, given = [], []
+    for p in paths:
+        path = Path(p)
+        if p == "-" or not path.is_file() or not is_launcher_file(path):
+            out.append(p)
+            continue
+        try:
+            launches, scripts, warnings = launcher_targets(path)
+        except OSError as e:
+            raise UsageError(str(e))
+        for w in warnings:
+            click.echo(f"fsdplint: warning: {w}", err=True)
+        given.extend(launches)
+        for s in scripts:
+            try:
+                shown = os.path.relpath(s)
+            except ValueError:
+                shown = str(s)
+            if not shown.startswith(".." + os.sep + ".."):
+                s = Path(shown)
+            if str(s) not in out:
+                out.append(str(s))
+    if given:
+        settings.options["launcher_launches"] = given
+    return tuple(out)
 
 
 def _lintable_yaml(path: Path, named: set) -> bool:
@@ -198,7 +232,11 @@ def main() -> None:
 @click.option("--config", "config_path", default=None, help="Use this configuration file for every linted file.")
 @click.option("--isolated", is_flag=True, help="Ignore all configuration files.")
 @click.option("--show-internal-errors", is_flag=True, help="Print tracebacks of internal errors.")
-@click.option("-v", "--verbose", is_flag=True, help="Verbose: also print tracebacks of internal errors.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Verbose: print what each file's findings rest on (project root, launches, configs, versions) "
+                   "to stderr, and tracebacks of internal errors.")
+@click.option("--show-settings", is_flag=True,
+              help="Print what each file would be linted with (project root, launches, configs, versions) and exit.")
 @click.option("--accelerate-config", default=None, help="An accelerate config YAML the scripts are launched with.")
 @click.option("--launch", "launch_cmds", multiple=True,
               help='A command that launches the scripts, e.g. "accelerate launch --use_fsdp train.py --load_in_4bit" '
@@ -219,7 +257,8 @@ def main() -> None:
 def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_format, exit_zero, jobs,
           stdin_filename, target_version, torch_version, config_path, isolated, show_internal_errors, verbose,
           accelerate_config, model_config, color, output_file, baseline_path, write_baseline_path, add_noqa,
-          statistics, show_fixes, force_exclude, no_cache, cache_dir, no_project, launch_cmds=()) -> None:
+          statistics, show_fixes, force_exclude, no_cache, cache_dir, no_project, launch_cmds=(),
+          show_settings=False) -> None:
     """Lint training scripts (files, directories, or `-` for stdin)."""
     from fsdplint.engine import Settings
 
@@ -271,6 +310,7 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             settings.options["launch"] = load_accelerate_config(Path(accelerate_config))
         if not paths:
             paths = (".",)
+        paths = _expand_launchers(paths, settings)
         dirs = [p for p in paths if p != "-" and Path(p).is_dir()]
         if dirs:
             # Launchers that name a config or script are looked for under the linted directory.
@@ -283,6 +323,14 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             files = discover(paths, settings, force_exclude=force_exclude)
         for w in _config_warnings(files, settings):
             click.echo(f"fsdplint: warning: {w}", err=True)
+        if show_settings or verbose:
+            from fsdplint.explain import explain_file
+
+            for f in files:
+                for line in explain_file(f, settings):
+                    click.echo(line, err=not show_settings)
+            if show_settings:
+                return
         if jobs <= 0:
             jobs = min(os.cpu_count() or 1, 8) if len(files) >= 16 else 1
         results = _run_files(files, settings, jobs, stdin_text, stdin_filename)

@@ -10,6 +10,7 @@ finding can point at the YAML line that caused it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -272,7 +273,14 @@ def from_script(analysis) -> Optional[LaunchFacts]:
                 facts.settings["sharding"] = Setting("sharding", v, "", 0, fsdp)
         cfg = kw("fsdp_config")
         if cfg is not None:
-            _add_dict(facts, analysis, cfg, call.scope, call.seq)
+            named = analysis.value(cfg, call.scope)
+            if isinstance(named, str) and named.endswith((".json", ".yaml", ".yml")):
+                # `fsdp_config="fsdp.json"`: the Trainer reads the file (relative to where the job runs).
+                here = getattr(analysis, "path", None)
+                _add_config_file(facts, named, tuple(str(d) for d in ((here.parent,) if here else ()))
+                                 + (os.getcwd(),))
+            else:
+                _add_dict(facts, analysis, cfg, call.scope, call.seq)
     for call in analysis.calls("FullyShardedDataParallelPlugin"):
         found = True
         facts.fsdp_version = facts.fsdp_version or 1
@@ -328,6 +336,28 @@ def _flag_value(text: str) -> Any:
         return text
 
 
+def default_accelerate_config_path() -> Path:
+    """Where `accelerate launch` without --config_file reads its config, as accelerate 1.15 computes it
+    (commands/config/config_args.py: `$HF_HOME`, else `$XDG_CACHE_HOME/huggingface`, else
+    `~/.cache/huggingface`, then `accelerate/default_config.yaml`; launch.py uses it when the file exists
+    and `--cpu` is not given). accelerate reads no environment variable naming the file itself."""
+    home = os.environ.get("HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
+    return Path(os.path.expanduser(home)) / "accelerate" / "default_config.yaml"
+
+
+def default_accelerate_config() -> Optional[LaunchFacts]:
+    """The user's default accelerate config, when it enables FSDP (a default without FSDP changes nothing
+    a project's own config would not say, so the project's next-to-script config is still looked up)."""
+    path = default_accelerate_config_path()
+    try:
+        if not path.is_file():
+            return None
+        facts = load_accelerate_config(path)
+    except (OSError, UsageError):
+        return None
+    return facts if facts.uses_fsdp else None
+
+
 def from_launcher(launch, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
     """`accelerate launch` flags over the config file they name (the command line wins, as in
     accelerate's launch command); None when the launch says nothing about FSDP."""
@@ -344,6 +374,8 @@ def from_launcher(launch, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
                 facts = load_accelerate_config(path)
             except UsageError:
                 facts = None
+    elif cfg is None and "cpu" not in launch.options:
+        facts = default_accelerate_config()
     flags = {k: w for k, w in launch.options.items() if k.startswith("fsdp_") or k in _TOP_KEYS or k == "use_fsdp"}
     if not flags and facts is None:
         return None

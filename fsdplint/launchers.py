@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from fsdplint.doc_commands import DOC_SUFFIXES, shell_text
 from fsdplint.roots import has_marker, linted_root
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -44,6 +45,8 @@ class Command:
     # Environment variables the command runs with that the script may read: exported ones and
     # `NAME=value cmd` prefixes (None: set to a value the reader cannot know).
     env: dict[str, Optional[Word]] = field(default_factory=dict)
+    # The `cd DIR` commands run before this one, in order (the working directory the command runs in).
+    cds: tuple = ()
 
 
 # -- lexing ----------------------------------------------------------------------------
@@ -327,6 +330,7 @@ class ShellReader:
         self.text = text
         self.vars: dict[str, object] = dict(env or {})  # str, or list[Word] for arrays
         self.exported: dict[str, int] = {}  # exported names -> the line that exported them
+        self.cds: list[Word] = []  # `cd DIR` so far: where a relative script name is looked up
 
     def commands(self) -> list[Command]:
         out = []
@@ -342,6 +346,11 @@ class ShellReader:
         if not raw:
             return None
         first = _plain(raw[0])
+        if first in ("cd", "pushd") and len(raw) > 1:
+            target = self._expand(raw[1])
+            if target and not target[0].text.startswith("-"):
+                self.cds.append(target[0])
+            return None
         if first in ("for", "case", "select", "function", "[", "[[", "test", "set", "shift", "source", ".",
                      "return", "exit", "cd", "echo", "printf", "mkdir", "unset"):
             return None
@@ -377,7 +386,7 @@ class ShellReader:
             words.extend(self._expand(w))
         if not words:
             return None
-        return Command(words, words[0].line, env)
+        return Command(words, words[0].line, env, tuple(self.cds))
 
     def _env_word(self, name: str, line: int) -> Optional[Word]:
         v = self.vars.get(name)
@@ -584,6 +593,8 @@ class Launch:
     path: Optional[str] = None  # the shell file's path on disk
     # Environment variables the launch sets for the script (exported, `NAME=v cmd`, `env NAME=v cmd`).
     env: dict[str, Word] = field(default_factory=dict)
+    script_open: bool = False  # the script's path starts with a part the reader cannot know (`$DIR/train.py`)
+    cds: tuple = ()  # the `cd DIR` words run before the launch, in order
 
     @property
     def label(self) -> str:
@@ -700,6 +711,7 @@ def _starts_launcher(w: Word) -> bool:
 def _bind(launch: Launch, script: Optional[Word], module: Optional[str], args: list[Word]) -> Launch:
     if script is not None:
         launch.script = script.text
+        launch.script_open = script.unknown
     launch.module = module
     launch.args = list(args)
     launch.open_args = any(a.splat or a.unknown for a in args)
@@ -751,6 +763,7 @@ def parse_launches(text: str, file: str, path: Optional[str] = None) -> list[Lau
         launch = _launch_from(cmd.words, file, text, path)
         if launch is not None and (launch.script or launch.module):
             launch.env = {k: w for k, w in {**cmd.env, **launch.env}.items() if w is not None and _LAUNCH_ENV.match(k)}
+            launch.cds = cmd.cds
             out.append(launch)
     return out
 
@@ -765,6 +778,7 @@ _SHELL_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".job")
 _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "env", "node_modules", "__pycache__", "site-packages", "build",
               "dist", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _MAX_SHELL_FILES = 300
+_MAX_DOC_FILES = 200
 _MAX_SHELL_BYTES = 512 * 1024
 _PARSED: dict[tuple, list[Launch]] = {}
 _FILES: dict[str, list[Path]] = {}
@@ -784,13 +798,29 @@ def project_root(script: Path) -> Path:
     return start
 
 
+def _is_doc(path: Path, root: Path) -> bool:
+    """A document whose shell blocks count as launchers: a README anywhere, any Markdown/RST page under a
+    docs/ or examples/ folder (pages elsewhere rarely hold the project's own launch commands)."""
+    if not path.name.endswith(DOC_SUFFIXES):
+        return False
+    if path.name.lower().startswith("readme"):
+        return True
+    try:
+        parts = path.relative_to(root).parts[:-1]
+    except ValueError:
+        return False
+    return any(p.lower() in ("docs", "doc", "examples", "example", "recipes") for p in parts)
+
+
 def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
-    """Shell scripts under `root` (`max_depth` directory levels down), cached per process."""
+    """Shell scripts under `root` (`max_depth` directory levels down), then the documents whose shell
+    blocks launch scripts (READMEs, docs/, examples/), cached per process."""
     key = f"{root}\0{max_depth}"
     hit = _FILES.get(key)
     if hit is not None:
         return hit
     found: list[Path] = []
+    docs: list[Path] = []
     base_depth = len(root.parts)
     for dirpath, dirs, names in os.walk(root):
         depth = len(Path(dirpath).parts) - base_depth
@@ -798,10 +828,19 @@ def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
         for n in sorted(names):
             if n.endswith(_SHELL_SUFFIXES):
                 found.append(Path(dirpath) / n)
+            elif n.endswith(DOC_SUFFIXES) and len(docs) < _MAX_DOC_FILES and _is_doc(Path(dirpath) / n, root):
+                docs.append(Path(dirpath) / n)
         if len(found) >= _MAX_SHELL_FILES:
             break
-    _FILES[key] = found[:_MAX_SHELL_FILES]
+    _FILES[key] = found[:_MAX_SHELL_FILES] + docs
     return _FILES[key]
+
+
+def _shell_text_of(path: Path, text: str) -> str:
+    """A launcher's shell text; for a document, its shell blocks in place (other lines blank)."""
+    if path.name.endswith(DOC_SUFFIXES):
+        return shell_text(text, rst=path.suffix == ".rst")
+    return text
 
 
 def _read_launches(path: Path, display: str) -> list[Launch]:
@@ -813,7 +852,7 @@ def _read_launches(path: Path, display: str) -> list[Launch]:
         hit = _PARSED.get(key)
         if hit is not None:
             return hit
-        text = path.read_text(encoding="utf-8")
+        text = _shell_text_of(path, path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return []
     try:
@@ -824,21 +863,126 @@ def _read_launches(path: Path, display: str) -> list[Launch]:
     return launches
 
 
-def runs_script(launch: Launch, script: Path) -> bool:
-    """Does this launch run `script`? Compares the known trailing path components (a launch may
-    name it relative to another directory, or after an unknown `$DIR/`)."""
+def _trailing_match(launch: Launch, script: Path) -> bool:
+    """The launch's known trailing path components are the script's (a launch given on the command line,
+    with no launcher file whose directory would anchor it)."""
     parts = script.resolve().parts
+    want = _wanted_tails(launch)
+    return any(w and tuple(parts[-len(w):]) == tuple(w) for w in want)
+
+
+def _wanted_tails(launch: Launch) -> list[list[str]]:
     if launch.module:
         mod = launch.module.split(".")
-        want = [mod[:-1] + [mod[-1] + ".py"], mod + ["__main__.py"]]
-    elif launch.script:
+        return [mod[:-1] + [mod[-1] + ".py"], mod + ["__main__.py"]]
+    if launch.script:
         tail = [p for p in launch.script.replace("\\", "/").split("/") if p not in ("", ".")]
         if ".." in tail:
             tail = tail[len(tail) - tail[::-1].index(".."):]
-        want = [tail]
-    else:
+        return [tail]
+    return []
+
+
+def working_dirs(launch: Launch, root: Path) -> list[Path]:
+    """Where the launch may run, most likely first: the directory its last `cd` names (resolved against the
+    launcher's directory and the project root; `cd "$(dirname "$0")"` is the launcher's directory), the
+    launcher's directory, the project root, then the directories between them. Empty for a launch given on
+    the command line (no launcher file anchors it)."""
+    if not launch.path:
+        return []
+    here = Path(launch.path).resolve().parent
+    out: list[Path] = []
+    bases = [here, root]
+    for cd in launch.cds:
+        if cd.unknown:
+            # `cd "$(dirname "$0")"`, `cd $SCRIPT_DIR`: the launcher's own directory is the usual meaning;
+            # a known tail after the unknown part (`cd $ROOT/examples`) is looked up below the candidates.
+            tail = cd.text.strip("/")
+            bases = [b / tail if tail else b for b in (here, root)] + ([here] if tail else [])
+            continue
+        if os.path.isabs(cd.text):
+            bases = [Path(cd.text)]
+        else:
+            bases = [b / cd.text for b in bases]
+    out.extend(Path(os.path.normpath(b)) for b in bases)
+    out += [here, root]
+    d = here
+    while root in d.parents:
+        d = d.parent
+        out.append(d)
+    return list(dict.fromkeys(out))
+
+
+_PY_BY_NAME: dict[tuple, list[Path]] = {}
+
+
+def _py_named(root: Path, name: str) -> list[Path]:
+    """The files called `name` under `root` (a few levels down), cached per process."""
+    key = (str(root), name)
+    hit = _PY_BY_NAME.get(key)
+    if hit is None:
+        hit = []
+        base_depth = len(root.parts)
+        for dirpath, dirs, names in os.walk(root):
+            depth = len(Path(dirpath).parts) - base_depth
+            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".") and depth < 6)
+            if name in names:
+                hit.append(Path(dirpath) / name)
+        _PY_BY_NAME[key] = hit
+    return hit
+
+
+def launched_files(launch: Launch, root: Path) -> list[Path]:
+    """The file(s) a launch from a launcher file runs, resolved as the shell and Python would: the script
+    path (or `-m pkg.mod` module, also below `src/`) relative to the first working directory where it
+    exists. When it exists in none (the launch runs from elsewhere, or after an unknown `$DIR/`): the files
+    of the project whose path ends with the launch's known components, when those include a directory or
+    name a single file of the project; never every same-named script of unrelated folders."""
+    tails = _wanted_tails(launch)
+    if not tails:
+        return []
+    dirs = working_dirs(launch, root)
+    if launch.module:
+        dirs = dirs + [d / "src" for d in dirs]
+    if launch.script and not launch.script_open and os.path.isabs(launch.script):
+        p = Path(launch.script)
+        return [p] if p.is_file() else []
+    for d in dirs:
+        for tail in tails:
+            p = d.joinpath(*tail) if tail else d
+            try:
+                if p.is_file():
+                    return [Path(os.path.normpath(p.resolve()))]
+            except OSError:
+                continue
+    # Not found where the launch would run: match by the known trailing components.
+    out = []
+    for tail in tails:
+        if not tail:
+            continue
+        same = [p.resolve() for p in _py_named(root, tail[-1])]
+        hits = [p for p in same if tuple(p.parts[-len(tail):]) == tuple(tail)]
+        if len(tail) >= 2 or len(hits) == 1:
+            out.extend(hits)
+    return out
+
+
+def runs_script(launch: Launch, script: Path, root: Optional[Path] = None) -> bool:
+    """Does this launch run `script`? A launch in a launcher file runs the file its command names from
+    where it runs (`launched_files`); one given on the command line is matched by its known trailing path
+    components."""
+    if not launch.path:
+        return _trailing_match(launch, script)
+    if root is None:
+        try:
+            root = project_root(Path(launch.path))
+        except OSError:
+            return False
+    try:
+        target = script.resolve()
+    except OSError:
         return False
-    return any(w and tuple(parts[-len(w):]) == tuple(w) for w in want)
+    return target in launched_files(launch, Path(root).resolve())
 
 
 def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
@@ -879,7 +1023,7 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
         if display.startswith(".." + os.sep + ".."):
             display = str(sh)
         for launch in _read_launches(sh, display):
-            if launch.is_fsdp_capable and runs_script(launch, script):
+            if launch.is_fsdp_capable and runs_script(launch, script, root):
                 out.append(launch)
     return out
 
@@ -887,3 +1031,36 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
 def launches_from_command(cmd: str) -> list[Launch]:
     """Launches of a `--launch "CMD"` given on the command line (deepspeed jobs left out)."""
     return [l for l in parse_launches(cmd, "--launch") if l.is_fsdp_capable]
+
+
+def is_launcher_file(path: Path) -> bool:
+    """A shell launcher named on the command line (read as the launches it runs, never as Python)."""
+    return path.suffix in _SHELL_SUFFIXES
+
+
+def launcher_targets(sh: Path) -> tuple[list[Launch], list[Path], list[str]]:
+    """The launches of a shell file given on the command line, the scripts they run (resolved from where
+    each runs) and a warning for each FSDP-capable launch whose script is not found."""
+    try:
+        display = os.path.relpath(sh)
+    except ValueError:
+        display = str(sh)
+    try:
+        text = sh.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise OSError(f"{display}: {e.strerror or e}") from None
+    launches = [l for l in parse_launches(text, display, str(sh)) if l.is_fsdp_capable]
+    root = project_root(sh)
+    scripts: list[Path] = []
+    warnings = []
+    for launch in launches:
+        found = launched_files(launch, root)
+        if not found:
+            what = f"-m {launch.module}" if launch.module else launch.script
+            warnings.append(f"{launch.label}: the script it launches ({what}) was not found; nothing linted for it")
+        for p in found:
+            if p not in scripts:
+                scripts.append(p)
+    if not launches:
+        warnings.append(f"{display}: launches no Python script (deepspeed jobs are not FSDP); nothing linted for it")
+    return launches, scripts, warnings

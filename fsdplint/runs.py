@@ -42,8 +42,12 @@ def runs_for(path: Optional[Path], filename: str, options) -> list[Run]:
     if given is not None:
         target = path if path is not None else Path(filename)
         return [Run(l) for l in given if launchers.runs_script(l, target)]
-    if path is None or not options.get("discover_launch", True):
+    if path is None:
         return []
+    # A launcher named on the command line launches the scripts it runs (the others keep their own).
+    named = [Run(l) for l in options.get("launcher_launches", ()) if launchers.runs_script(l, path)]
+    if named or not options.get("discover_launch", True):
+        return named
     return [Run(l) for l in launchers.launches_for(path, options.get("project_root"))]
 
 

@@ -246,10 +246,64 @@ def project_dirs(directory: Path, stop: Optional[Path] = None) -> tuple[Path, ..
     return tuple(out)
 
 
+_VERSION_ASSIGN = re.compile(r"""^\s*(?:__version__|VERSION|version)\s*(?::\s*str\s*)?=\s*["']([^"'\n]+)["']""", re.M)
+_SETUP_NAME = re.compile(r"""\bname\s*=\s*["']([^"'\n]+)["']""")
+
+
+def _version_in(paths) -> Optional[tuple[Version, str]]:
+    for p in paths:
+        if not p.is_file():
+            continue
+        text = _read(p)
+        m = _VERSION_ASSIGN.search(text) if p.suffix else None
+        raw = m.group(1) if m else (text.strip() if not p.suffix else None)
+        v = parse_version(raw) if raw else None
+        if v is not None:
+            return v, p.name
+    return None
+
+
+def _own_version(d: Path, package: str) -> Optional[tuple[Version, str]]:
+    """The version of the library a project *is* (linting trl's own repository: trl is that checkout's
+    version): `[project] version`, else the file or `__init__.py`/`version.py` attribute its build reads,
+    else setup.py's `version=`/`VERSION =`. A dev release counts as the release it leads to."""
+    name = None
+    static = None
+    pyproject = d / "pyproject.toml"
+    if pyproject.is_file():
+        project = _toml(pyproject).get("project", {})
+        if isinstance(project, dict) and isinstance(project.get("name"), str):
+            name = project["name"]
+            static = project.get("version")
+    setup = d / "setup.py"
+    if name is None and setup.is_file():
+        m = _SETUP_NAME.search(_read(setup))
+        name = m.group(1) if m else None
+    if name is None or _norm(name) != _norm(package):
+        return None
+    found = None
+    if isinstance(static, str) and parse_version(static) is not None:
+        found = parse_version(static), "pyproject.toml"
+    mod = package.replace("-", "_")
+    found = found or _version_in([d / "VERSION", d / "version.txt"]) or _version_in(
+        [d / base / mod / f for base in ("", "src") for f in ("__init__.py", "version.py", "_version.py")]) or (
+        _version_in([setup]) if setup.is_file() else None)
+    if found is None:
+        return None
+    v, where = found
+    return Version(v.base_version), f"{where}: this project is {package} {v}"
+
+
 @functools.lru_cache(maxsize=512)
 def _declared(directory: Path, package: str, stop: Optional[Path] = None) -> Optional[tuple[Optional[Version], str, str]]:
-    """(version or None when unbounded below, where, kind "lock"/"declared") for the file's project."""
+    """(version or None when unbounded below, where, kind "lock"/"declared") for the file's project;
+    a project that is the library itself gives its own version."""
     dirs = project_dirs(directory, stop)
+    for d in dirs:
+        if has_marker(d):
+            own = _own_version(d, package)
+            if own is not None:
+                return own[0], own[1], "declared"
     for d in dirs:
         for lock in _LOCKS:
             p = d / lock

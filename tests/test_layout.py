@@ -38,12 +38,26 @@ def _imports(tree: ast.AST, modules) -> set[str]:
     return out
 
 
+def _with_packages(name: str, deps: set[str], modules) -> set[str]:
+    """Importing `pkg.sub` from outside `pkg` runs `pkg/__init__.py` first, and everything it imports:
+    a module depends on the packages of what it imports (a sibling inside the package does not: the package
+    is already being initialised when it runs)."""
+    out = set(deps)
+    for d in deps:
+        parts = d.split(".")
+        for k in range(1, len(parts)):
+            pkg = ".".join(parts[:k])
+            if pkg in modules and name != pkg and not name.startswith(pkg + "."):
+                out.add(pkg)
+    return out
+
+
 def _graph() -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
     graph = {}
     for name, path in modules.items():
         deps = {d for d in _imports(ast.parse(path.read_text()), modules) if d in modules and d != name}
-        graph[name] = deps
+        graph[name] = _with_packages(name, deps, modules)
     return graph
 
 
@@ -82,3 +96,19 @@ def test_engine_modules_have_no_import_cycle():
 
 def test_cycle_finder_sees_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_a_cycle_through_a_package_init_is_seen():
+    # `pkg/__init__.py` imports pkg.a, pkg.a imports `other` lazily, `other` imports pkg.b: importing `other`
+    # first runs pkg/__init__.py, which imports pkg.a, which needs `other` half-initialised.
+    modules = {"pkg", "pkg.a", "pkg.b", "other"}
+    graph = {"pkg": {"pkg.a"}, "pkg.a": {"other"}, "pkg.b": set(),
+             "other": _with_packages("other", {"pkg.b"}, modules)}
+    assert _cycle(graph) == ["other", "pkg", "pkg.a", "other"]
+    # A sibling inside the package importing another is not a cycle.
+    assert _with_packages("pkg.a", {"pkg.b"}, modules) == {"pkg.b"}
+
+
+def test_lazy_imports_inside_functions_count():
+    tree = ast.parse("def f():\n    from fsdplint.arguments import ArgEnv\n")
+    assert _imports(tree, {"fsdplint.arguments"}) == {"fsdplint.arguments"}

@@ -223,6 +223,7 @@ class Project:
         self._sheets: dict[str, dict] = {}  # content hash -> fact sheet
         self._by_path: dict[Path, tuple] = {}  # path -> ((mtime, size), fact sheet)
         self._files: dict[tuple, Optional[Path]] = {}
+        self._bases: dict[Path, list[Path]] = {}
         self._modules: "OrderedDict[Path, Optional[ForeignModule]]" = OrderedDict()
         self._parts: "OrderedDict[tuple, Optional[ForeignModule]]" = OrderedDict()  # (path, kept) -> part
         self._touch: dict[tuple, bool] = {}
@@ -292,6 +293,21 @@ class Project:
             self._files[key] = found
         return self._files[key]
 
+    def _import_bases(self, importer: Path) -> list[Path]:
+        """Where an absolute import from `importer` may resolve, most likely first: the script's own directory
+        (first on sys.path), the directory above the package the importer sits in, the project root and its
+        src/ layout, then the directories between the importer and the root (a tree copied inside an
+        unrelated repository is rooted at that repository, and its own top-level packages sit lower)."""
+        hit = self._bases.get(importer.parent)
+        if hit is None:
+            top = importer.parent
+            while (top / "__init__.py").is_file() and top.parent != top:
+                top = top.parent
+            between = [d for d in importer.parent.parents if d == self.root or self.root in d.parents]
+            hit = self._bases[importer.parent] = list(dict.fromkeys(
+                [importer.parent, top, self.root, self.root / "src", *between]))
+        return hit
+
     def find_module(self, importer: Path, module: str, level: int) -> Optional[Path]:
         """The project file of `module` as imported from `importer` (`level`: leading dots), if any."""
         parts = [p for p in module.split(".") if p]
@@ -303,7 +319,7 @@ class Project:
         if not parts or parts[0] in LIBRARIES:
             return None
         # A script's own directory comes first on sys.path; then the root and a src/ layout.
-        for base in (importer.parent, self.root, self.root / "src"):
+        for base in self._import_bases(importer):
             found = self._module_file(base, parts)
             if found is not None:
                 return found
@@ -318,7 +334,7 @@ class Project:
                 base = base.parent
             bases = [base]
         elif parts and parts[0] not in LIBRARIES:
-            bases = [importer.parent, self.root, self.root / "src"]
+            bases = self._import_bases(importer)
         else:
             return None
         for b in bases:

@@ -10,6 +10,7 @@ analysis leaves its code out.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, Optional
 
@@ -563,15 +564,15 @@ class Values:
 
     def switched_truth(self, if_node: cst.CSTNode, scope: Optional[Scope], pins: dict) -> Optional[frozenset]:
         """`test_truth` with some opt-in flags pinned: option string -> the values it may hold."""
-        from fsdplint.arguments import ArgEnv, ArgValue
-
+        # The env's own types, copied (`dataclasses.replace`): the analysis reads the arguments' values but
+        # sits below the module that parses them.
         env = self.env
         names = {}
         for ns, group in env.names.items():
-            names[ns] = {k: (ArgValue(pins[v.switch], v.origin, v.switch) if v.switch in pins else v)
+            names[ns] = {k: (replace(v, values=pins[v.switch]) if v.switch in pins else v)
                          for k, v in group.items()}
         saved = (self.__dict__.get("_guard_truth"), self.__dict__.get("_truth_busy"))
-        self.env = ArgEnv(names, env.training, env.texts, env.switches)
+        self.env = replace(env, names=names)
         self.__dict__["_guard_truth"], self.__dict__["_truth_busy"] = {}, set()
         try:
             return self.test_truth(if_node, scope)

@@ -24,9 +24,9 @@ def launcher_config(path: Path, root: Optional[str] = None):
     """The FSDP LaunchFacts of the one accelerate config named with `path` by a `*.sh` launcher."""
     from fsdplint.errors import UsageError
     from fsdplint.launch import load_accelerate_config
-    from fsdplint.toolconfigs.launchers import configs_for, project_root
+    from fsdplint.toolconfigs.launchers import configs_for, search_root
 
-    base = Path(root) if root else project_root(path)
+    base = search_root(path, root)
     found = []
     for cfg in configs_for(path, base):
         try:
@@ -59,11 +59,11 @@ def jobs_launched_with(config: Path, facts, root: Optional[str], versions_for, *
     --stage sft --quantization_bit 4 ...`), each launched with this accelerate config. Values point at
     the launcher's lines. `versions_for(path)` resolves the library versions near the launcher."""
     from fsdplint.launch import Setting
-    from fsdplint.toolconfigs.launchers import _display, lines_naming_config, project_root
+    from fsdplint.toolconfigs.launchers import _display, lines_naming_config, search_root
     from fsdplint.toolconfigs.llamafactory import looks_like, use_launch
     from fsdplint.toolconfigs.read import job_from_values
 
-    base = Path(root) if root else project_root(config)
+    base = search_root(config, root)
     out = []
     for ll in lines_naming_config(config, base):
         if not ll.llamafactory_args:

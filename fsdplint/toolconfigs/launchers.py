@@ -183,3 +183,18 @@ def project_root(path: Path) -> Path:
         if any((cand / m).exists() for m in (".git", "pyproject.toml", "setup.py", "setup.cfg")):
             return cand
     return d
+
+
+def search_root(path: Path, linted: Optional[str] = None) -> Path:
+    """Where the launchers of `path`'s project are looked for: the nearest project marker above it, so the
+    answer does not depend on which folder was named on the command line; only a tree with no marker
+    falls back to the linted directory (then `path`'s own directory)."""
+    from fsdplint.roots import find_root, linted_root
+
+    start = Path(path).resolve()
+    found = find_root(start)
+    if found is not None:
+        return found
+    lr = linted_root(start if start.is_dir() else start.parent, linted)
+    return lr if lr is not None else project_root(path)
+
