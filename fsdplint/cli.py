@@ -78,7 +78,7 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
                 dirs[:] = sorted(d for d in dirs if not cfg.is_excluded(rootp / d))
                 for n in sorted(names):
                     fp = rootp / n
-                    if n.endswith((".py", ".pyi")) and not cfg.is_excluded(fp):
+                    if n.endswith((".py", ".pyi", ".ipynb")) and not cfg.is_excluded(fp):
                         files.append(str(fp))
                     elif n.endswith((".yaml", ".yml")) and not cfg.is_excluded(fp) and _lintable_yaml(fp, named):
                         files.append(str(fp))

@@ -41,7 +41,8 @@ class Paint:
 
 
 def location(f: Finding, paint: Paint) -> str:
-    return f"{paint.bold(f.filename)}{paint.dim(':')}{f.start.row}{paint.dim(':')}{f.start.column}{paint.dim(':')}"
+    cell = f"cell {f.cell}{paint.dim(':')}" if f.cell is not None else ""
+    return f"{paint.bold(f.filename)}{paint.dim(':')}{cell}{f.start.row}{paint.dim(':')}{f.start.column}{paint.dim(':')}"
 
 
 def headline(f: Finding, paint: Paint) -> str:
@@ -109,7 +110,7 @@ def fix_lines(findings: Sequence[Finding], summary, paint: Paint) -> list[str]:
     for f in findings:
         if f.fix is not None:
             kind = "safe" if f.fix.applicability == Applicability.SAFE else "unsafe"
-            lines.append(f"{f.filename}:{f.start.row}:{f.start.column}: {f.code} ({kind} fix) {f.fix.message}")
+            lines.append(f"{f.where}: {f.code} ({kind} fix) {f.fix.message}")
     if lines:
         lines.insert(0, paint.bold("Available fixes:"))
     return lines
