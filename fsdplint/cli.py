@@ -16,7 +16,7 @@ from fsdplint import __version__
 from fsdplint.errors import FsdplintError, UsageError
 
 FORMATS = ("concise", "full", "json", "json-lines", "github", "sarif", "junit")
-SUBCOMMANDS = ("check", "rule", "rules", "model", "version")
+SUBCOMMANDS = ("check", "rule", "rules", "model", "server", "version")
 
 
 class DefaultGroup(click.Group):
@@ -457,6 +457,21 @@ def rules_cmd(output_format: str) -> None:
     click.echo(f"{'code':<8} {'name':<{w}} {'severity':<8} {'side':<22} {'fix':<7}")
     for r in rows:
         click.echo(f"{r['code']:<8} {r['name']:<{w}} {r['severity']:<8} {','.join(r['sides']):<22} {r['fix'] or '-':<7}")
+
+
+@main.command("server")
+def server_cmd() -> None:
+    """Run the language server over stdio (diagnostics, fixes as code actions, rule docs on hover)."""
+    from fsdplint.extras import require
+
+    try:
+        require("`fsdplint server`", modules=("pygls", "lsprotocol"), extra="server")
+    except FsdplintError as e:
+        click.echo(f"fsdplint: error: {e}", err=True)
+        sys.exit(2)
+    from fsdplint.language_server import serve
+
+    serve()
 
 
 def _model_command():
