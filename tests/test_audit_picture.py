@@ -41,6 +41,7 @@ def table(output: str) -> list[list[str]]:
 def test_capacity_plan_table_fits_80_columns_and_names_the_first_fit(tmp_path):
     r = audit(tmp_path, "--world-size", "1,2,4,8", "--gpu-memory", "350MiB")
     assert r.exit_code in (0, 1), r.output
+    assert "fsdplint: building" not in r.output  # not a terminal: no status line
     rows = table(r.output)
     assert [int(x[0]) for x in rows] == [1, 2, 4, 8]
     totals = [float(x[7]) for x in rows]
@@ -83,3 +84,54 @@ def test_components_add_up_to_the_reported_total(tmp_path):
 def test_a_bad_world_size_list_is_one_line(tmp_path):
     r = audit(tmp_path, "--world-size", "8,x")
     assert r.exit_code == 2 and "--world-size" in r.output and "Traceback" not in r.output
+
+
+def test_cpu_offload_moves_the_sharded_state_off_the_gpu(tmp_path):
+    """--offload (and fsdp_offload_params: true) keeps parameters, gradients and AdamW state on the host."""
+    from fsdplint.audit.memory import estimate
+    from fsdplint.audit.picture import breakdown
+    from fsdplint.audit.runner import run_audit
+    from fsdplint.audit.spec import load_spec
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    spec = load_spec(str(cfg), {"fsdp": "2", "world_size": 2, "seq_len": 512, "lora": "default", "offload": True})
+    assert spec.fsdp.offload_params
+    result = run_audit(spec)
+    on, off = result.memory, estimate(result.plan, activations=result.memory.activations)
+    a, b = breakdown(on), breakdown(off)
+    assert a["params"] == 0 and b["params"] > 0 and a["optimizer"] == 0 < b["optimizer"]
+    assert on.total < off.total
+    assert (a["gathered unit"], a["activations"]) == (b["gathered unit"], b["activations"])
+    # What moved is still shown, as host memory.
+    host = [ln for ln in on.lines if not ln.on_device]
+    assert any("CPU offload" in ln.label for ln in host)
+
+
+def test_status_line_only_on_a_terminal(tmp_path):
+    """While the model builds, stderr says what is going on, only when it is a terminal."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "fsdplint", "model", str(cfg), "--fsdp", "2"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    master, slave = pty.openpty()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slave, env=env, cwd=root)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    p.wait(timeout=300)
+    os.close(master)
+    assert b"fsdplint: building" in seen and b"meta device" in seen

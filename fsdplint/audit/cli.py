@@ -29,6 +29,8 @@ from fsdplint.errors import FsdplintError
 @click.option("--fsdp", type=click.Choice(["1", "2"]), help="FSDP version.")
 @click.option("--world-size", "world_sizes", metavar="N[,N...]",
               help="Number of ranks to plan for; several (8,16,32,64) make a capacity plan.")
+@click.option("--offload/--no-offload", default=None,
+              help="CPU offload of parameters, gradients and optimizer state (fsdp_offload_params).")
 @click.option("--plot", "plot_path", metavar="PNG", help="Draw per-rank memory by component against --gpu-memory.")
 @click.option("--wrap", metavar="CLASSES", help="Comma-separated module classes that become FSDP units.")
 @click.option("--use-orig-params/--no-use-orig-params", default=None, help="FSDP1 use_orig_params.")

@@ -50,7 +50,8 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
             from fsdplint.audit.plan_fsdp2 import plan_fsdp2
 
             plan = plan_fsdp2(built.model, params, wrap, spec)
-    memory = estimate(plan, activations=activations, adamw_fused=spec.training.adamw_fused)
+    memory = estimate(plan, activations=activations, adamw_fused=spec.training.adamw_fused,
+                      offload=spec.fsdp.offload_params)
     tv, source = _target_torch(spec)
     ctx = AuditContext(spec=spec, built=built, params=params, plan=plan, memory=memory,
                        torch_version=tv, torch_version_source=source, selected=select)

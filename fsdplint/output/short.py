@@ -98,6 +98,9 @@ def _condition(message: str) -> tuple[str, str]:
 
 
 def short_message(message: str, fix_title: str | None = None) -> str:
+    first, sep, rest = message.partition("\n")
+    if sep:  # a traceback asked for with -v follows the first line; it is kept whole
+        return short_message(first, fix_title) + "\n" + rest
     message, cond = _condition(" ".join(message.split()))
     text = _short(message, fix_title)
     return f"{text} {cond}" if cond else text
