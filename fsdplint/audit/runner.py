@@ -71,6 +71,11 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
     notes = list(dict.fromkeys(spec.input_notes)) + [f"checks target torch {tv} ({source})."]
     if act_note:
         notes.append(act_note)
+    from fsdplint.audit.unquantized import unquantized_note
+
+    kept = unquantized_note(params)
+    if kept:
+        notes.append(kept)
     if plan.version == 1 and plan.executed:
         ranks = "rank 0" + (f" and rank {plan.world_size - 1}" if plan.world_size > 1 else "")
         notes.append(f"FSDP1 plan executed: torch FullyShardedDataParallel (device_id=cpu) on a fake-tensor copy "
