@@ -67,6 +67,10 @@ def model_command(config, select, ignore, output_format, config_json=None, world
             raise FsdplintError(f"unknown rule selector {bad[0]!r}")
         codes = select_codes(sel or None, ign or None) if (sel or ign) else None
         sizes = _world_sizes(world_sizes)
+        if plot_path:
+            from fsdplint.extras import require
+
+            require("--plot", modules=("matplotlib",), extra="plot")
         flags["world_size"] = sizes[0] if sizes else None
         spec = _tool_spec(config, config_json, flags)
         if spec is None:
