@@ -16,7 +16,7 @@ from fsdplint import __version__
 from fsdplint.errors import FsdplintError, UsageError
 
 FORMATS = ("concise", "full", "json", "json-lines", "github", "sarif", "junit")
-SUBCOMMANDS = ("check", "rule", "rules", "model", "version")
+SUBCOMMANDS = ("check", "rule", "rules", "model", "server", "version")
 
 
 class DefaultGroup(click.Group):
@@ -80,7 +80,7 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
                 dirs[:] = sorted(d for d in dirs if not cfg.is_excluded(rootp / d))
                 for n in sorted(names):
                     fp = rootp / n
-                    if n.endswith((".py", ".pyi")) and not cfg.is_excluded(fp):
+                    if n.endswith((".py", ".pyi", ".ipynb")) and not cfg.is_excluded(fp):
                         files.append(str(fp))
                     elif n.endswith((".yaml", ".yml")) and not cfg.is_excluded(fp) and _lintable_yaml(fp, named):
                         files.append(str(fp))
@@ -225,6 +225,9 @@ def main() -> None:
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
 @click.option("--output-format", type=click.Choice(FORMATS), default=None, help="Report format.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
+@click.option("--fail-level", type=click.Choice(("error", "warning", "info")), default="warning", show_default=True,
+              help="The lowest severity that fails the run (exit 1); findings below it are reported only.")
+@click.option("--sarif-all-rules", is_flag=True, help="With --output-format sarif: describe every rule, not only those with results.")
 @click.option("-j", "--jobs", type=int, default=0, help="Worker processes (default: the CPU count for many files).")
 @click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
 @click.option("--target-version", multiple=True, help="Library versions to check against, e.g. torch=2.6.")
@@ -258,7 +261,7 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
           stdin_filename, target_version, torch_version, config_path, isolated, show_internal_errors, verbose,
           accelerate_config, model_config, color, output_file, baseline_path, write_baseline_path, add_noqa,
           statistics, show_fixes, force_exclude, no_cache, cache_dir, no_project, launch_cmds=(),
-          show_settings=False) -> None:
+          show_settings=False, fail_level="warning", sarif_all_rules=False) -> None:
     """Lint training scripts (files, directories, or `-` for stdin)."""
     from fsdplint.engine import Settings
 
@@ -289,6 +292,9 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
 
             baseline = load_baseline(Path(baseline_path))
         if model_config:
+            from fsdplint.extras import require
+
+            require("--model (the model audit)")
             settings.options["model_config"] = model_config
         if launch_cmds:
             from fsdplint.launchers import launches_from_command
@@ -437,7 +443,7 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
         out = report_file
     if not diff:
         write_report(findings, output_format or "concise", out, color=color, summary=summary,
-                     show_fixes=show_fixes, statistics=statistics)
+                     show_fixes=show_fixes, statistics=statistics, all_rules=sarif_all_rules)
     if report_file is not None:
         report_file.close()
     for w in [*write_errors, *io_errors]:
@@ -450,7 +456,15 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
         sys.exit(0)
     if diff:
         sys.exit(1 if diff_changes else 0)
-    sys.exit(1 if findings else 0)
+    sys.exit(1 if failing(findings, fail_level) else 0)
+
+
+def failing(findings, fail_level: str) -> list:
+    """The findings at or above `--fail-level`: advice (info) reported but not failing a commit by default."""
+    from fsdplint.findings import Severity
+
+    limit = Severity(fail_level).rank
+    return [f for f in findings if f.severity.rank <= limit]
 
 
 @main.command("rule")
@@ -496,6 +510,21 @@ def rules_cmd(output_format: str) -> None:
         click.echo(f"{r['code']:<8} {r['name']:<{w}} {r['severity']:<8} {','.join(r['sides']):<22} {r['fix'] or '-':<7}")
 
 
+@main.command("server")
+def server_cmd() -> None:
+    """Run the language server over stdio (diagnostics, fixes as code actions, rule docs on hover)."""
+    from fsdplint.extras import require
+
+    try:
+        require("`fsdplint server`", modules=("pygls", "lsprotocol"), extra="server")
+    except FsdplintError as e:
+        click.echo(f"fsdplint: error: {e}", err=True)
+        sys.exit(2)
+    from fsdplint.language_server import serve
+
+    serve()
+
+
 def _model_command():
     try:
         from fsdplint.audit.cli import model_command
@@ -512,6 +541,14 @@ class _LazyModel(click.Command):
                          context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
     def invoke(self, ctx):
+        from fsdplint.extras import require
+
+        if not {"-h", "--help"} & set(ctx.args):
+            try:
+                require("`fsdplint model`")
+            except FsdplintError as e:
+                click.echo(f"fsdplint: error: {e}", err=True)
+                sys.exit(2)
         cmd = _model_command()
         if cmd is None:
             click.echo("fsdplint: error: `fsdplint model` needs the model extra: pip install 'fsdplint[model]'", err=True)

@@ -24,6 +24,7 @@ from fsdplint.registry import all_rules, rules_by_code
 from fsdplint.relocate import CAUSE, OWN_MESSAGE, relocate
 from fsdplint.runs import branch_notes
 from fsdplint.source import SourceError, SourceFile, decode
+from fsdplint.notebook import Notebook, is_notebook, read_notebook
 
 SYNTAX_ERROR = "FSDP900"
 INTERNAL_ERROR = "FSDP901"
@@ -686,12 +687,43 @@ def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) ->
         except OSError as e:
             return FileResult(filename, [_finding(UNREADABLE, filename, f"cannot read the file: {e.strerror or e}")])
         try:
-            src = decode(data)
+            src = read_notebook(data) if is_notebook(filename) else decode(data)
         except SourceError as e:
             return FileResult(filename, [_finding(UNREADABLE, filename, str(e), e.row or 1)])
         text = src.text
+        if isinstance(src, Notebook):
+            return _in_cells(_lint_text_of(filename, settings, path, fcfg, src, text), src)
     else:
         src = SourceFile(text, "utf-8", False)
+    return _lint_text_of(filename, settings, path, fcfg, src, text)
+
+
+def _in_cells(res: FileResult, book: Notebook) -> FileResult:
+    """A notebook's findings at `cell N`, row in that cell (the joined program's rows are no one's)."""
+    for f in res.findings:
+        at = book.cell_of(f.start.row) or next(
+            (book.cell_of(r) for r in range(f.start.row, 0, -1) if book.cell_of(r)), None)
+        if at is None:
+            continue
+        end = book.cell_of(f.end.row)
+        f.cell = at[0]
+        shift = f.start.row - at[1]
+        f.start = Position(at[1], f.start.column)
+        f.end = Position(end[1], f.end.column) if end and end[0] == at[0] else Position(f.end.row - shift, f.end.column)
+        f.message = _LINE_REF.sub(lambda m: _cell_line(book, m), f.message)
+    return res
+
+
+_LINE_REF = re.compile(r"\bline (\d+)\b")
+
+
+def _cell_line(book: Notebook, m) -> str:
+    """`line 35` of the joined program, as the notebook shows it: `cell 4, line 2`."""
+    at = book.cell_of(int(m.group(1)))
+    return f"cell {at[0]}, line {at[1]}" if at else m.group(0)
+
+
+def _lint_text_of(filename, settings, path, fcfg, src, text) -> FileResult:
     if filename.endswith((".yaml", ".yml")):
         from fsdplint.toolconfigs.read import recognise
 

@@ -95,13 +95,21 @@ class Finding:
     notes: dict = field(default_factory=dict)
     # The other half of a finding that spans files (SARIF relatedLocations, a second line in text output).
     related: list = field(default_factory=list)
+    # A notebook's code cell (1-based, counting every cell); `start`/`end` rows are then rows of that cell.
+    cell: Optional[int] = None
 
     @property
     def url(self) -> str:
         return DOCS_URL.format(code=self.code)
 
     def sort_key(self):
-        return (self.filename, self.start.row, self.start.column, self.code)
+        return (self.filename, self.cell or 0, self.start.row, self.start.column, self.code)
+
+    @property
+    def where(self) -> str:
+        """`path:row:col`, or `nb.ipynb:cell 3:row:col` in a notebook (as ruff prints them)."""
+        cell = f"cell {self.cell}:" if self.cell is not None else ""
+        return f"{self.filename}:{cell}{self.start.row}:{self.start.column}"
 
     def to_json(self) -> dict:
         out = {
@@ -115,6 +123,8 @@ class Finding:
             "url": self.url,
             "fix": self.fix.to_json() if self.fix else None,
         }
+        if self.cell is not None:
+            out["cell"] = self.cell
         if self.related:
             out["related"] = [r.to_json() for r in self.related]
         return out

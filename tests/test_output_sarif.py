@@ -32,9 +32,9 @@ FIXED = finding(
 )
 
 
-def sarif(findings):
+def sarif(findings, all_rules=False):
     buf = io.StringIO()
-    write_report(findings, "sarif", buf)
+    write_report(findings, "sarif", buf, all_rules=all_rules)
     return json.loads(buf.getvalue())
 
 
@@ -110,8 +110,31 @@ def test_fingerprint_survives_line_moves_but_not_code_changes():
     assert fp(finding()) != fp(finding(source_line="    model = get_peft_model(other, cfg)"))
 
 
+def test_only_rules_with_results_are_described_by_default():
+    log = sarif([finding(), FIXED])
+    rules = log["runs"][0]["tool"]["driver"]["rules"]
+    assert sorted(r["id"] for r in rules) == ["FSDP015", "FSDP101"]
+    for res in log["runs"][0]["results"]:
+        assert rules[res["ruleIndex"]]["id"] == res["ruleId"]
+    assert sarif([])["runs"][0]["tool"]["driver"]["rules"] == []
+    # The report of a few results is small: no catalog text of rules that did not fire.
+    assert len(json.dumps(log)) < len(json.dumps(sarif([finding(), FIXED], all_rules=True))) / 5
+
+
+def test_sarif_all_rules_from_the_command_line(tmp_path):
+    from click.testing import CliRunner
+
+    from fsdplint.cli import main
+
+    (tmp_path / "t.py").write_text("import os\n")
+    for flags, n in (((), 0), (("--sarif-all-rules",), len(all_rules()))):
+        r = CliRunner().invoke(main, ["--isolated", "--no-cache", str(tmp_path / "t.py"), "--output-format", "sarif", *flags])
+        assert r.exit_code == 0, r.output
+        assert len(json.loads(r.output)["runs"][0]["tool"]["driver"]["rules"]) == n
+
+
 def test_every_registered_rule_has_a_descriptor():
-    rules = sarif([])["runs"][0]["tool"]["driver"]["rules"]
+    rules = sarif([], all_rules=True)["runs"][0]["tool"]["driver"]["rules"]
     registered = all_rules()
     assert [r["id"] for r in rules] == [r.code for r in registered]
     for desc, rule in zip(rules, registered):

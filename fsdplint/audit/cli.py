@@ -27,7 +27,11 @@ from fsdplint.errors import FsdplintError
 @click.option("--quant-storage", metavar="DTYPE", help="bnb_4bit_quant_storage (e.g. bfloat16, uint8).")
 @click.option("--dtype", metavar="DTYPE", help="Model dtype (default: the config's torch_dtype).")
 @click.option("--fsdp", type=click.Choice(["1", "2"]), help="FSDP version.")
-@click.option("--world-size", type=click.IntRange(min=1), help="Number of ranks to plan for.")
+@click.option("--world-size", "world_sizes", metavar="N[,N...]",
+              help="Number of ranks to plan for; several (8,16,32,64) make a capacity plan.")
+@click.option("--offload/--no-offload", default=None,
+              help="CPU offload of parameters, gradients and optimizer state (fsdp_offload_params).")
+@click.option("--plot", "plot_path", metavar="PNG", help="Draw per-rank memory by component against --gpu-memory.")
 @click.option("--wrap", metavar="CLASSES", help="Comma-separated module classes that become FSDP units.")
 @click.option("--use-orig-params/--no-use-orig-params", default=None, help="FSDP1 use_orig_params.")
 @click.option("--gpu-memory", metavar="SIZE", help="Per-GPU memory budget, e.g. 80GiB.")
@@ -47,7 +51,7 @@ from fsdplint.errors import FsdplintError
               help="With an axolotl / LLaMA-Factory / trl recipe YAML: the model's weights-free config.json "
                    "(or its directory).")
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def model_command(config, select, ignore, output_format, config_json=None, **flags):
+def model_command(config, select, ignore, output_format, config_json=None, world_sizes=None, plot_path=None, **flags):
     """Build CONFIG (a Hugging Face config.json, an fsdplint audit spec, JSON or TOML, or an axolotl /
     LLaMA-Factory YAML) on the meta device, apply LoRA, quantization and the FSDP plan with the real
     libraries, and audit it."""
@@ -62,6 +66,12 @@ def model_command(config, select, ignore, output_format, config_json=None, **fla
         if bad:
             raise FsdplintError(f"unknown rule selector {bad[0]!r}")
         codes = select_codes(sel or None, ign or None) if (sel or ign) else None
+        sizes = _world_sizes(world_sizes)
+        if plot_path:
+            from fsdplint.extras import require
+
+            require("--plot", modules=("matplotlib",), extra="plot")
+        flags["world_size"] = sizes[0] if sizes else None
         spec = _tool_spec(config, config_json, flags)
         if spec is None:
             if config_json:
@@ -77,7 +87,20 @@ def model_command(config, select, ignore, output_format, config_json=None, **fla
             spec.config_source = cfg.source.name
         from fsdplint.audit.runner import run_audit
 
-        result = run_audit(spec, select=codes)
+        with _status(f"building {config} on the meta device and planning FSDP"):
+            result = run_audit(spec, select=codes)
+            plan = [result.memory]
+            for n in sizes[1:]:
+                import copy
+
+                other = copy.deepcopy(spec)
+                other.fsdp.world_size = n
+                with _status(f"planning {n} ranks"):
+                    plan.append(run_audit(other, select=codes).memory)
+        if plot_path:
+            from fsdplint.audit.picture import draw
+
+            draw(plan, spec.gpu_memory, plot_path, f"{config}: FSDP{result.plan.version} per-rank memory")
     except FsdplintError as e:
         _fail(str(e), "input", config, output_format)
     except Exception as e:  # a library failure must not look like findings (exit 1) to a CI
@@ -90,7 +113,45 @@ def model_command(config, select, ignore, output_format, config_json=None, **fla
         report.write_json(result, out)
     else:
         report.write_text(result, out, color=out.isatty())
+        if len(plan) > 1:
+            from fsdplint.audit.picture import text_table
+
+            out.write("\n" + "\n".join(text_table(plan, spec.gpu_memory)) + "\n")
+        if plot_path:
+            out.write(f"Memory plot written to {plot_path}\n")
     sys.exit(result.exit_code)
+
+
+def _world_sizes(value):
+    if not value:
+        return []
+    try:
+        sizes = [int(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise FsdplintError(f"--world-size {value!r}: expected a number of ranks or a list like 8,16,32") from None
+    if not sizes or min(sizes) < 1:
+        raise FsdplintError(f"--world-size {value!r}: a world size is at least 1")
+    return sizes
+
+
+class _status:
+    """A status line on stderr while a slow step runs, only when stderr is a terminal."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.shown = sys.stderr.isatty()
+
+    def __enter__(self):
+        if self.shown:
+            sys.stderr.write(f"\rfsdplint: {self.what}...")
+            sys.stderr.flush()
+        return self
+
+    def __exit__(self, *exc):
+        if self.shown:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+        return False
 
 
 def _tool_spec(config, config_json, flags):

@@ -277,6 +277,8 @@ class _Extractor:
             classes = [c.strip() for c in classes.split(",") if c.strip()]
         if isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes):
             f["wrap"] = classes
+        if str(launch.value("offload_params", "") or "").lower() == "true":
+            f["offload_params"] = True
         for key in ("use_orig_params", "auto_wrap_policy", "min_num_params"):
             s = launch.get(key)
             if s is not None and s.node is not None:

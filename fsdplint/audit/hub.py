@@ -90,6 +90,35 @@ def _offline_hint() -> str:
     return "; HF_HUB_OFFLINE is set, so nothing is downloaded" if offline() else ""
 
 
+# Seconds to wait for the hub to answer before telling the user to work offline.
+HUB_TIMEOUT_S = float(os.environ.get("FSDPLINT_HUB_TIMEOUT", "3") or 3)
+_REACHED: dict = {}
+
+
+def _endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def _unreachable(endpoint: str) -> Optional[str]:
+    """Why the hub's host cannot be connected to within HUB_TIMEOUT_S (None when it can), once per run."""
+    if endpoint in _REACHED:
+        return _REACHED[endpoint]
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    why = None
+    proxied = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy") or os.environ.get("HTTP_PROXY")
+    if parts.hostname and not proxied:  # behind a proxy the direct connection says nothing
+        try:
+            socket.create_connection((parts.hostname, port), timeout=HUB_TIMEOUT_S).close()
+        except OSError as e:
+            why = f"no answer within {HUB_TIMEOUT_S:g} s" if isinstance(e, socket.timeout) else (e.strerror or str(e))
+    _REACHED[endpoint] = why
+    return why
+
+
 def hub_file(repo: str, filename: str, revision: Optional[str]) -> Optional[Path]:
     """`filename` of hub repo `repo` through huggingface_hub: the cache first; the network only when
     HF_HUB_OFFLINE is not set. None when the repo has no such file."""
@@ -105,8 +134,15 @@ def hub_file(repo: str, filename: str, revision: Optional[str]) -> Optional[Path
         return Path(hit)
     if hit is not None or offline():  # `_CACHED_NO_EXIST`: the hub said it has no such file
         return None
+    unreachable = _unreachable(_endpoint())
+    if unreachable:
+        # huggingface_hub retries a refused connection for most of a minute; say at once what to do.
+        raise AuditInputError(f"{repo}: {filename} is not in the Hugging Face cache ({cache}) and the hub "
+                              f"({_endpoint()}) cannot be reached ({unreachable}): set HF_HUB_OFFLINE=1 to read "
+                              "the cache only, or pass a local model directory or config.json")
     try:
-        return Path(hf_hub_download(repo, filename, revision=revision, cache_dir=str(cache)))
+        return Path(hf_hub_download(repo, filename, revision=revision, cache_dir=str(cache),
+                                    etag_timeout=HUB_TIMEOUT_S))
     except EntryNotFoundError:
         return None
     except LocalEntryNotFoundError as e:

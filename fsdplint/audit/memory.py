@@ -38,7 +38,10 @@ class MemoryEstimate:
 STEP_BYTES = 4  # AdamW `step`: a float32 scalar tensor per parameter with state (torch optim/adam.py)
 
 
-def estimate(plan: Plan, *, activations: Any = None, adamw_fused: bool = False) -> MemoryEstimate:
+_OFFLOADED = ("sharded parameters", "shard padding", "4-bit base weights", "gradients", "AdamW")
+
+
+def estimate(plan: Plan, *, activations: Any = None, adamw_fused: bool = False, offload: bool = False) -> MemoryEstimate:
     ws = plan.world_size
     replicated = plan.ignored + plan.unmanaged
     rep_bytes = sum(p.storage_bytes for p in replicated)
@@ -59,9 +62,9 @@ def estimate(plan: Plan, *, activations: Any = None, adamw_fused: bool = False) 
     totals = []
     for r in range(ws):
         params = col("param_bytes", r) + col("quant_bytes", r)
-        totals.append(params + rep_bytes + quant_state + col("grad_bytes", r) + rep_train
-                      + 2 * (col("trainable_bytes", r) + rep_train) + (steps(r) if adamw_fused else 0)
-                      + gathered + act)
+        sharded = params + col("grad_bytes", r) + 2 * col("trainable_bytes", r)
+        totals.append((0 if offload else sharded) + rep_bytes + quant_state + rep_train + 2 * rep_train
+                      + (steps(r) if adamw_fused and not offload else 0) + gathered + act)
     rank = max(range(ws), key=lambda r: (totals[r], -r))
     local = col("local_param_bytes", rank)
     padding = col("param_bytes", rank) - local
@@ -123,9 +126,29 @@ def estimate(plan: Plan, *, activations: Any = None, adamw_fused: bool = False) 
         lines.append(MemoryLine(
             f"activations (micro-batch {activations.micro_batch} x seq {activations.seq_len}, {ac})",
             act, "peak of one training step's tensors beyond parameters and gradients: " + activations.formula))
+    if offload:
+        lines = _offloaded(lines, rep_train)
     local0 = sum(u.local_bytes or 0 for u in plan.units) if plan.version == 2 else None
     return MemoryEstimate(world_size=ws, rank=rank, lines=lines, dtensor_local_bytes_rank0=local0,
                           per_rank_totals=totals, activations=activations)
+
+
+def _offloaded(lines: list, rep_train: int) -> list:
+    """With CPU offload the shards FSDP manages (parameters, their gradients, the optimizer state built
+    on them) live in host memory: shown, not in the GPU total. What FSDP does not manage stays."""
+    out = []
+    for line in lines:
+        if not line.label.startswith(_OFFLOADED):
+            out.append(line)
+            continue
+        keep = rep_train * (2 if line.label == "AdamW state" else 1) if line.label in ("gradients", "AdamW state") else 0
+        moved = line.bytes - keep
+        out.append(MemoryLine(f"{line.label} (CPU offload)", moved,
+                              line.how + "; in host memory under CPU offload, not in the GPU total", on_device=False))
+        if keep:
+            out.append(MemoryLine(f"{line.label} of unsharded parameters", keep,
+                                  "parameters FSDP does not manage are not offloaded"))
+    return out
 
 
 def fmt_bytes(n: float) -> str:

@@ -83,7 +83,12 @@ def write_text(result, out: IO[str], *, color: bool = False, max_units: int = 12
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, force_terminal=color, no_color=not color, width=120, soft_wrap=False)
+    # The terminal's width when there is one (an 80-column terminal gets an 80-column table), else 120.
+    import shutil
+
+    width = shutil.get_terminal_size((120, 24)).columns if getattr(out, "isatty", lambda: False)() else 120
+    console = Console(file=out, force_terminal=color, no_color=not color, width=max(60, min(width, 160)),
+                      soft_wrap=False)
     s, plan, mem = result.summary, result.plan, result.memory
     console.print(f"[bold]{s['architecture']}[/bold] from {result.spec.model_source}: "
                   f"{s['params']:,} params, {s['trainable_params']:,} trainable "

@@ -50,7 +50,8 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
             from fsdplint.audit.plan_fsdp2 import plan_fsdp2
 
             plan = plan_fsdp2(built.model, params, wrap, spec)
-    memory = estimate(plan, activations=activations, adamw_fused=spec.training.adamw_fused)
+    memory = estimate(plan, activations=activations, adamw_fused=spec.training.adamw_fused,
+                      offload=spec.fsdp.offload_params)
     tv, source = _target_torch(spec)
     ctx = AuditContext(spec=spec, built=built, params=params, plan=plan, memory=memory,
                        torch_version=tv, torch_version_source=source, selected=select)
@@ -70,6 +71,11 @@ def run_audit(spec: AuditSpec, select: Optional[set] = None) -> AuditResult:
     notes = list(dict.fromkeys(spec.input_notes)) + [f"checks target torch {tv} ({source})."]
     if act_note:
         notes.append(act_note)
+    from fsdplint.audit.unquantized import unquantized_note
+
+    kept = unquantized_note(params)
+    if kept:
+        notes.append(kept)
     if plan.version == 1 and plan.executed:
         ranks = "rank 0" + (f" and rank {plan.world_size - 1}" if plan.world_size > 1 else "")
         notes.append(f"FSDP1 plan executed: torch FullyShardedDataParallel (device_id=cpu) on a fake-tensor copy "

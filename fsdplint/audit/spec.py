@@ -48,7 +48,7 @@ SPEC_SECTIONS = ("model", "dtype", "lora", "quantization", "fsdp", "gpu_memory",
 TRAINING_KEYS = ("seq_len", "micro_batch", "activation_checkpointing", "adamw_fused")
 FSDP_KEYS = (
     "version", "world_size", "wrap", "use_orig_params", "mixed_precision", "mp_policy", "ignored_params",
-    "reshard_after_forward", "shard_root", "auto_wrap_policy", "min_num_params", "torch",
+    "reshard_after_forward", "shard_root", "auto_wrap_policy", "min_num_params", "torch", "offload_params",
 )
 FSDP1_POLICIES = {
     "transformer_based_wrap": "transformer", "transformer": "transformer",
@@ -76,6 +76,9 @@ class FsdpSpec:
     # FSDP1 only: "transformer" (default), "size", "none", "peft".
     auto_wrap_policy: str = "transformer"
     min_num_params: int = 100_000_000
+    # CPU offload (FSDP1 CPUOffload(offload_params=True), FSDP2 CPUOffloadPolicy, accelerate's
+    # fsdp_offload_params): parameter shards, gradients and optimizer state live in host memory.
+    offload_params: bool = False
     # Target torch version for version-dependent checks; None = the installed torch.
     torch: Optional[str] = None
 
@@ -568,6 +571,8 @@ def _parse_fsdp(f: Any, where: str) -> FsdpSpec:
         s.wrap = wrap
     if "use_orig_params" in f:
         s.use_orig_params = _bool(f["use_orig_params"], f"{w}.use_orig_params")
+    if "offload_params" in f:
+        s.offload_params = _bool(f["offload_params"], f"{w}.offload_params")
     mp = f.get("mixed_precision", f.get("mp_policy"))
     if mp is not None:
         if isinstance(mp, str):
@@ -662,6 +667,8 @@ def apply_overrides(spec: AuditSpec, o: Mapping[str, Any]) -> None:
         spec.fsdp.version = int(o["fsdp"])
     if o.get("world_size") is not None:
         spec.fsdp.world_size = _world_size(o["world_size"], f"{where}: --world-size")
+    if o.get("offload") is not None:
+        spec.fsdp.offload_params = bool(o["offload"])
     if o.get("wrap"):
         spec.fsdp.wrap = [c.strip() for c in o["wrap"].split(",") if c.strip()]
     if o.get("use_orig_params") is not None:

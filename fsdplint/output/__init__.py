@@ -46,10 +46,12 @@ def write_report(
     summary: RunSummary | None = None,
     show_fixes: bool = False,
     statistics: bool = False,
+    all_rules: bool = False,
 ) -> None:
     """Write `findings` to `out` in format `fmt` (one of FORMATS)."""
     if fmt not in _MODULES:
         raise ValueError(f"unknown output format {fmt!r}; expected one of: {', '.join(FORMATS)}")
     module = importlib.import_module(f"fsdplint.output.{_MODULES[fmt]}")
     findings = sorted(findings, key=Finding.sort_key)
-    module.write(findings, out, color=color, summary=summary, show_fixes=show_fixes, statistics=statistics)
+    extra = {"all_rules": all_rules} if fmt == "sarif" else {}
+    module.write(findings, out, color=color, summary=summary, show_fixes=show_fixes, statistics=statistics, **extra)

@@ -1,7 +1,7 @@
 """SARIF 2.1.0, as GitHub code scanning accepts it.
 
-Every registered rule goes into `tool.driver.rules` (so a result's `ruleIndex`
-is stable); results carry repo-relative URIs, regions, partial fingerprints and
+`tool.driver.rules` describes the rules that have results (every registered rule with
+`all_rules`, for a catalog); results carry repo-relative URIs, regions, partial fingerprints and
 fixes.
 """
 
@@ -137,10 +137,12 @@ def _result(f, index: int) -> dict:
     return result
 
 
-def build_log(findings) -> dict:
-    from fsdplint.registry import all_rules
+def build_log(findings, all_rules: bool = False) -> dict:
+    from fsdplint.registry import all_rules as registered
 
-    descriptors = [_rule_descriptor(r) for r in all_rules()]
+    # Only the rules with results by default: the catalog's text would be most of the file otherwise.
+    wanted = {f.code for f in findings}
+    descriptors = [_rule_descriptor(r) for r in registered() if all_rules or r.code in wanted]
     index = {d["id"]: i for i, d in enumerate(descriptors)}
     for f in findings:
         if f.code not in index:
@@ -167,6 +169,6 @@ def build_log(findings) -> dict:
     }
 
 
-def write(findings, out, **_options) -> None:
-    json.dump(build_log(findings), out, indent=2)
+def write(findings, out, all_rules=False, **_options) -> None:
+    json.dump(build_log(findings, all_rules=all_rules), out, indent=2)
     out.write("\n")

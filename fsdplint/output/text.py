@@ -41,14 +41,21 @@ class Paint:
 
 
 def location(f: Finding, paint: Paint) -> str:
-    return f"{paint.bold(f.filename)}{paint.dim(':')}{f.start.row}{paint.dim(':')}{f.start.column}{paint.dim(':')}"
+    cell = f"cell {f.cell}{paint.dim(':')}" if f.cell is not None else ""
+    return f"{paint.bold(f.filename)}{paint.dim(':')}{cell}{f.start.row}{paint.dim(':')}{f.start.column}{paint.dim(':')}"
 
 
-def headline(f: Finding, paint: Paint) -> str:
+def headline(f: Finding, paint: Paint, short: bool = False) -> str:
+    """The finding's first line; `short` (concise output): the message cut to what breaks and the fix."""
     marker = ""
     if f.fix is not None:
         marker = " " + paint.fix("[*]" if f.fix.applicability == Applicability.SAFE else "[-]")
-    return f"{location(f, paint)} {paint.code(f.code)}{marker} {paint.severity(f.severity)} {f.message}"
+    message = f.message
+    if short:
+        from fsdplint.output.short import short_message
+
+        message = short_message(f.message, f.fix.message if f.fix is not None else None)
+    return f"{location(f, paint)} {paint.code(f.code)}{marker} {paint.severity(f.severity)} {message}"
 
 
 def related_lines(f: Finding, paint: Paint) -> str:
@@ -109,7 +116,7 @@ def fix_lines(findings: Sequence[Finding], summary, paint: Paint) -> list[str]:
     for f in findings:
         if f.fix is not None:
             kind = "safe" if f.fix.applicability == Applicability.SAFE else "unsafe"
-            lines.append(f"{f.filename}:{f.start.row}:{f.start.column}: {f.code} ({kind} fix) {f.fix.message}")
+            lines.append(f"{f.where}: {f.code} ({kind} fix) {f.fix.message}")
     if lines:
         lines.insert(0, paint.bold("Available fixes:"))
     return lines
