@@ -1,0 +1,116 @@
+"""The facts an advisory's trigger is written over (fsdplint.advisories.predicate.FACTS), read from a script
+and its launch settings, each with where it is written so that a finding points at that line."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fsdplint.analysis import UNKNOWN
+
+
+@dataclass(frozen=True)
+class Fact:
+    value: Any
+    site: Any  # a launch Setting (script node or YAML line) or a cst node
+
+
+def _snake(name: str) -> str:
+    """bitsandbytes' class names as TrainingArguments spells the optimizer: PagedAdamW8bit -> paged_adamw_8bit."""
+    s = re.sub(r"(?<!^)(?=[A-Z])", "_", name.replace("AdamW", "Adamw"))
+    return re.sub(r"(?<=[a-z])(\d+bit)$", r"_\1", s).lower()
+
+
+_TRUE_SETTINGS = {
+    # fact -> launch setting keys (after accelerate's fsdp_ prefix is dropped)
+    "offload": ("offload_params",),
+    "activation_checkpointing": ("activation_checkpointing",),
+    "cpu_ram_efficient_loading": ("cpu_ram_efficient_loading",),
+    "use_orig_params": ("use_orig_params",),
+}
+_PLAIN_SETTINGS = ("optim", "gradient_accumulation_steps", "gradient_checkpointing", "save_strategy",
+                   "save_only_model", "state_dict_type", "torch_compile")
+
+
+def _truthy(v: Any) -> Any:
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    return v
+
+
+def script_facts(a) -> dict[str, Fact]:
+    facts: dict[str, Fact] = {}
+    launch = getattr(a, "launch", None)
+    if launch is not None:
+        for key in _PLAIN_SETTINGS:
+            s = launch.get(key)
+            if s is not None and s.value is not None and s.value is not UNKNOWN:
+                facts[key] = Fact(_truthy(s.value), s)
+        for fact, keys in _TRUE_SETTINGS.items():
+            for key in keys:
+                s = launch.get(key)
+                if s is not None and s.value is not None and s.value is not UNKNOWN:
+                    facts[fact] = Fact(_truthy(s.value), s)
+        sharding = launch.get("sharding")
+        if sharding is not None and isinstance(sharding.value, str) and "offload" in sharding.value.split():
+            facts.setdefault("offload", Fact(True, sharding))
+        if launch.fsdp_version is not None:
+            site = launch.get("version") or sharding or launch.get("sharding_strategy") or launch.get("distributed_type")
+            facts["fsdp_version"] = Fact(launch.fsdp_version, site)
+    if "fsdp_version" not in facts:
+        for api, version in (("fully_shard", 2), ("FSDP1", 1)):
+            calls = a.calls(api)
+            if calls:
+                facts["fsdp_version"] = Fact(version, calls[0].node)
+                break
+    for call in a.calls("fully_shard"):
+        policy = call.kw("offload_policy")
+        if policy is not None and "CPUOffloadPolicy" in a.code(policy):
+            facts.setdefault("offload", Fact(True, policy))
+    for call in a.calls("FSDP1"):
+        off = call.kw("cpu_offload")
+        if off is not None and re.search(r"offload_params\s*=\s*True", a.code(off)):
+            facts.setdefault("offload", Fact(True, off))
+    for call in a.calls("BitsAndBytesConfig", "load_model"):
+        for bits in (4, 8):
+            arg = a.keyword(call, f"load_in_{bits}bit")
+            if arg is not None and arg is not UNKNOWN and a.value(arg, call.scope) is True:
+                facts.setdefault("quant_bits", Fact(bits, call.kwarg(f"load_in_{bits}bit") or call.node))
+    for call in a.all_calls:
+        q = call.qualname or ""
+        if q.startswith("bitsandbytes.optim."):
+            facts.setdefault("optim", Fact(_snake(q.rsplit(".", 1)[-1]), call.node))
+    trainers = a.calls("Trainer")
+    if trainers:
+        t = trainers[0]
+        facts["trainer"] = Fact((t.qualname or "Trainer").rsplit(".", 1)[-1], t.node)
+        if t.kw("peft_config") is not None:
+            facts["peft"] = Fact(True, t.kwarg("peft_config"))
+    saves = _optimizer_save(a, facts)
+    if saves is not None:
+        facts["saves_optimizer_state"] = Fact(True, saves)
+    if "peft" not in facts:
+        peft = a.calls("get_peft_model")
+        if peft:
+            facts["peft"] = Fact(True, peft[0].node)
+    return facts
+
+
+_OPTIM_SAVES = ("optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict", "get_optimizer_state_dict",
+                "get_state_dict")
+
+
+def _optimizer_save(a, facts):
+    """Where the job saves optimizer state: a Trainer that writes checkpoints (save_strategy is not "no" and
+    save_only_model is not set), `accelerator.save_state`, or FSDP's optimizer state dict APIs."""
+    for call in a.all_calls:
+        last = (call.qualname or call.func or "").rsplit(".", 1)[-1]
+        if call.method == "save_state" or last in _OPTIM_SAVES:
+            return call.node
+    if "trainer" in facts:
+        strategy = facts.get("save_strategy")
+        only = facts.get("save_only_model")
+        if (strategy is None or str(strategy.value).lower() != "no") and (only is None or only.value is not True):
+            return facts["trainer"].site
+    return None
