@@ -87,6 +87,11 @@ def script_facts(a) -> dict[str, Fact]:
         facts["trainer"] = Fact((t.qualname or "Trainer").rsplit(".", 1)[-1], t.node)
         if t.kw("peft_config") is not None:
             facts["peft"] = Fact(True, t.kwarg("peft_config"))
+    for call in a.calls("Accelerator"):
+        ga = call.kw("gradient_accumulation_steps")
+        value = a.value(ga, call.scope) if ga is not None else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            facts.setdefault("gradient_accumulation_steps", Fact(value, ga))
     saves = _optimizer_save(a, facts)
     if saves is not None:
         facts["saves_optimizer_state"] = Fact(True, saves)

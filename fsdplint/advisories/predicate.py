@@ -25,7 +25,7 @@ FACTS: dict[str, str] = {
     "optim": "the optimizer: TrainingArguments optim= (e.g. paged_adamw_8bit), or a bitsandbytes optimizer class in snake case (PagedAdamW8bit -> paged_adamw_8bit)",
     "trainer": "the trainer class name (Trainer, SFTTrainer, DPOTrainer, GRPOTrainer)",
     "peft": "true when LoRA/PEFT adapters are injected (get_peft_model, peft_config=)",
-    "gradient_accumulation_steps": "TrainingArguments gradient_accumulation_steps",
+    "gradient_accumulation_steps": "TrainingArguments or Accelerator gradient_accumulation_steps",
     "gradient_checkpointing": "TrainingArguments gradient_checkpointing",
     "activation_checkpointing": "fsdp_activation_checkpointing",
     "save_strategy": "TrainingArguments save_strategy",
