@@ -77,8 +77,16 @@ def script_facts(a) -> dict[str, Fact]:
             arg = a.keyword(call, f"load_in_{bits}bit")
             if arg is not None and arg is not UNKNOWN and a.value(arg, call.scope) is True:
                 facts.setdefault("quant_bits", Fact(bits, call.kwarg(f"load_in_{bits}bit") or call.node))
+        storage = call.kw("bnb_4bit_quant_storage")
+        if storage is not None:
+            value = a.value(storage, call.scope)
+            text = value if isinstance(value, str) else a.code(storage)
+            facts.setdefault("quant_storage", Fact(text.rsplit(".", 1)[-1], storage))
     for call in a.all_calls:
         q = call.qualname or ""
+        m = re.fullmatch(r"peft(?:\.[\w.]+)?\.(\w+)Config", q)
+        if m and m.group(1) not in ("Peft", "PromptLearning"):
+            facts.setdefault("peft_method", Fact(m.group(1).lower(), call.node))
         if q.startswith("bitsandbytes.optim."):
             facts.setdefault("optim", Fact(_snake(q.rsplit(".", 1)[-1]), call.node))
     trainers = a.calls("Trainer")

@@ -22,6 +22,8 @@ FACTS: dict[str, str] = {
     "fsdp_version": "1 (FullyShardedDataParallel, fsdp= in TrainingArguments, accelerate FSDP1) or 2 (fully_shard, fsdp_version: 2)",
     "offload": "true when parameters are offloaded to CPU (fsdp_offload_params, `offload` in fsdp=, CPUOffload(offload_params=True), CPUOffloadPolicy)",
     "quant_bits": "4 or 8: bitsandbytes load_in_4bit / load_in_8bit",
+    "quant_storage": "bnb_4bit_quant_storage, its dtype name (bfloat16, float16, uint8)",
+    "peft_method": "the PEFT config class written, lower case without Config (lora, vera, ia3, loha, adalora)",
     "optim": "the optimizer: TrainingArguments optim= (e.g. paged_adamw_8bit), or a bitsandbytes optimizer class in snake case (PagedAdamW8bit -> paged_adamw_8bit)",
     "trainer": "the trainer class name (Trainer, SFTTrainer, DPOTrainer, GRPOTrainer)",
     "peft": "true when LoRA/PEFT adapters are injected (get_peft_model, peft_config=)",
