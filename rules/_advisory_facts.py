@@ -30,7 +30,8 @@ _TRUE_SETTINGS = {
     "use_orig_params": ("use_orig_params",),
 }
 _PLAIN_SETTINGS = ("optim", "gradient_accumulation_steps", "gradient_checkpointing", "save_strategy",
-                   "save_only_model", "state_dict_type", "torch_compile")
+                   "save_only_model", "state_dict_type", "torch_compile", "auto_wrap_policy",
+                   "transformer_layer_cls_to_wrap")
 
 
 def _truthy(v: Any) -> Any:
@@ -69,6 +70,11 @@ def script_facts(a) -> dict[str, Fact]:
         if policy is not None and "CPUOffloadPolicy" in a.code(policy):
             facts.setdefault("offload", Fact(True, policy))
     for call in a.calls("FSDP1"):
+        # FullyShardedDataParallel's own default is use_orig_params=False (accelerate's plugin defaults to True).
+        orig = call.kw("use_orig_params")
+        value = a.value(orig, call.scope) if orig is not None else False
+        if isinstance(value, bool):
+            facts.setdefault("use_orig_params", Fact(value, orig if orig is not None else call.node))
         off = call.kw("cpu_offload")
         if off is not None and re.search(r"offload_params\s*=\s*True", a.code(off)):
             facts.setdefault("offload", Fact(True, off))

@@ -9,6 +9,7 @@ distributed_type: FSDP
 fsdp_config:
   fsdp_version: 2
   fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer
 num_processes: 4
 """
 _PREPARED = """
@@ -89,7 +90,7 @@ class KnownBugAtVersion(Rule):
             """
             import bitsandbytes as bnb
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-            model = FSDP(model)
+            model = FSDP(model, use_orig_params=True)
             optimizer = bnb.optim.PagedAdamW8bit(model.parameters(), lr=1e-4)
             """,
             target={"bitsandbytes": "0.48.2"},
@@ -110,7 +111,7 @@ class KnownBugAtVersion(Rule):
             """
             import bitsandbytes as bnb
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-            model = FSDP(model)
+            model = FSDP(model, use_orig_params=True)
             optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=1e-4)
             torch.save(FSDP.optim_state_dict(model, optimizer), "optim.pt")
             """,
@@ -127,6 +128,7 @@ class KnownBugAtVersion(Rule):
         if not facts:
             return
         values = {k: f.value for k, f in facts.items()}
+        by_site: dict = {}
         for adv in advisories.load():
             if not predicate.holds(adv.when, values):
                 continue
@@ -158,8 +160,12 @@ class KnownBugAtVersion(Rule):
                 + f", affected ({adv.describe_range()}); users see: {adv.error}. {fixed}{adv.fix}"
                 + (f" (A warning: {'; '.join(likely)}.)" if likely else "")
             )
-            severity = Severity.WARNING if likely else None
-            site = fact.site
+            by_site.setdefault(id(fact.site), (fact.site, []))[1].append((message, bool(likely)))
+        # One finding per place (the engine keeps one per code and line): several advisories set off by the
+        # same setting are one finding naming each; an error when any of them is certain.
+        for site, found in by_site.values():
+            message = " Also ".join(m for m, _ in found)
+            severity = Severity.WARNING if all(likely for _, likely in found) else None
             if hasattr(site, "filename"):
                 ctx.report_setting(site, message, severity=severity)
             else:

@@ -34,6 +34,8 @@ FACTS: dict[str, str] = {
     "save_only_model": "TrainingArguments save_only_model",
     "state_dict_type": "fsdp_state_dict_type (FULL_STATE_DICT, SHARDED_STATE_DICT)",
     "cpu_ram_efficient_loading": "fsdp_cpu_ram_efficient_loading",
+    "auto_wrap_policy": "fsdp_auto_wrap_policy (TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)",
+    "transformer_layer_cls_to_wrap": "fsdp_transformer_layer_cls_to_wrap",
     "use_orig_params": "fsdp_use_orig_params",
     "torch_compile": "TrainingArguments torch_compile",
     "saves_optimizer_state": "true when the job saves optimizer state: a Trainer writing checkpoints (save_strategy not \"no\", save_only_model not set), accelerator.save_state, FSDP.optim_state_dict / get_optimizer_state_dict",
