@@ -106,6 +106,10 @@ def script_facts(a) -> dict[str, Fact]:
         value = a.value(ga, call.scope) if ga is not None else None
         if isinstance(value, int) and not isinstance(value, bool):
             facts.setdefault("gradient_accumulation_steps", Fact(value, ga))
+    for call in a.all_calls:
+        if call.method in _ADAPTER_TOGGLES:
+            facts.setdefault("toggles_adapters", Fact(True, call.node))
+            break
     saves = _optimizer_save(a, facts)
     if saves is not None:
         facts["saves_optimizer_state"] = Fact(True, saves)
@@ -116,6 +120,7 @@ def script_facts(a) -> dict[str, Fact]:
     return facts
 
 
+_ADAPTER_TOGGLES = ("disable_adapter", "set_adapter", "enable_adapter_layers", "disable_adapter_layers")
 _OPTIM_SAVES = ("optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict", "get_optimizer_state_dict",
                 "get_state_dict")
 
