@@ -14,6 +14,9 @@ from fsdplint.analysis import UNKNOWN
 class Fact:
     value: Any
     site: Any  # a launch Setting (script node or YAML line) or a cst node
+    # Only likely: the setting is written, but whether it acts as the trigger needs what fsdplint cannot see
+    # here (a finding that rests on it is a warning).
+    likely: str = ""
 
 
 def _snake(name: str) -> str:
@@ -40,19 +43,42 @@ def _truthy(v: Any) -> Any:
     return v
 
 
+_CONDITIONAL = "it is set under an `if` whose value fsdplint cannot read here"
+
+
+def _conditional_nodes(a) -> set:
+    """Ids of the values the script writes only under an `if` it cannot decide (`if cfg.offload:
+    os.environ["FSDP_OFFLOAD_PARAMS"] = "true"`, a TrainingArguments call in such a branch)."""
+    out = set()
+    items = [(ds, (ds.value,)) for sc in a.c.scopes for ds in sc.dict_sets]
+    items += [(c, tuple(arg.value for arg in c.node.args)) for c in a.calls("TrainingArguments", "FullyShardedDataParallelPlugin")]
+    for item, nodes in items:
+        for g in getattr(item, "guards", ()):
+            test = getattr(g.node, "test", None)
+            if test is not None and UNKNOWN in a.truth(test, item.scope):
+                out.update(id(n) for n in nodes)
+                break
+    return out
+
+
 def script_facts(a) -> dict[str, Fact]:
     facts: dict[str, Fact] = {}
     launch = getattr(a, "launch", None)
     if launch is not None:
+        conditional = _conditional_nodes(a)
+
+        def fact_of(s):
+            return Fact(_truthy(s.value), s, _CONDITIONAL if id(s.node) in conditional else "")
+
         for key in _PLAIN_SETTINGS:
             s = launch.get(key)
             if s is not None and s.value is not None and s.value is not UNKNOWN:
-                facts[key] = Fact(_truthy(s.value), s)
+                facts[key] = fact_of(s)
         for fact, keys in _TRUE_SETTINGS.items():
             for key in keys:
                 s = launch.get(key)
                 if s is not None and s.value is not None and s.value is not UNKNOWN:
-                    facts[fact] = Fact(_truthy(s.value), s)
+                    facts[fact] = fact_of(s)
         sharding = launch.get("sharding")
         if sharding is not None and isinstance(sharding.value, str) and "offload" in sharding.value.split():
             facts.setdefault("offload", Fact(True, sharding))
@@ -106,10 +132,16 @@ def script_facts(a) -> dict[str, Fact]:
         value = a.value(ga, call.scope) if ga is not None else None
         if isinstance(value, int) and not isinstance(value, bool):
             facts.setdefault("gradient_accumulation_steps", Fact(value, ga))
+    wrapped = _wrapped_names(a)
     for call in a.all_calls:
         if call.method in _ADAPTER_TOGGLES:
-            facts.setdefault("toggles_adapters", Fact(True, call.node))
-            break
+            # Certain when the adapters switched are those of a model this file wrapped (`model = FSDP(model)`,
+            # `fully_shard(model)`, then `model.module.disable_adapter()`).
+            root = _root(a.code(call.receiver)) if call.receiver is not None else None
+            likely = "" if (id(call.scope), root) in wrapped else "the adapters switched here may not be those of an FSDP-wrapped model"
+            fact = Fact(True, call.node, likely)
+            if "toggles_adapters" not in facts or (facts["toggles_adapters"].likely and not likely):
+                facts["toggles_adapters"] = fact
     saves = _optimizer_save(a, facts)
     if saves is not None:
         facts["saves_optimizer_state"] = Fact(True, saves)
@@ -138,3 +170,20 @@ def _optimizer_save(a, facts):
         if (strategy is None or str(strategy.value).lower() != "no") and (only is None or only.value is not True):
             return facts["trainer"].site
     return None
+
+
+def _root(text: str) -> str:
+    return re.split(r"[.\[(]", text.strip(), 1)[0]
+
+
+def _wrapped_names(a) -> set:
+    """(scope, name) of the models wrapped with FSDP: the target of `x = FSDP(...)`, the argument of
+    `fully_shard(x)` (in place); per scope, as one name in two functions is two variables."""
+    out = set()
+    for call in a.calls("FSDP1"):
+        out.update((id(call.scope), _root(a.code(t))) for t in call.targets)
+    for call in a.calls("fully_shard"):
+        arg = call.arg(0, "module")
+        if arg is not None:
+            out.add((id(call.scope), _root(a.code(arg))))
+    return out

@@ -152,13 +152,16 @@ class KnownBugAtVersion(Rule):
                 continue
             if not adv.verified:
                 likely.append("the advisory's affected range was not confirmed by reading both adjacent releases")
+            if adv.severity == "warning":
+                likely.append("the bug degrades the run rather than breaking it")
+            likely += [facts[k].likely for k in adv.when if k in facts and facts[k].likely]
             fact = facts[adv.report_at]
             fixed = (f"Fixed in {adv.library} {adv.fixed}: " if adv.fixed else "No release fixes it yet: ")
             message = (
                 f"{adv.id}: {adv.summary} The job runs {tv.describe()}"
                 + (f" with {', '.join(others)}" if others else "")
                 + f", affected ({adv.describe_range()}); users see: {adv.error}. {fixed}{adv.fix}"
-                + (f" (A warning: {'; '.join(likely)}.)" if likely else "")
+                + (f" (A warning: {'; '.join(dict.fromkeys(likely))}.)" if likely else "")
             )
             by_site.setdefault(id(fact.site), (fact.site, []))[1].append((message, bool(likely)))
         # One finding per place (the engine keeps one per code and line): several advisories set off by the

@@ -53,8 +53,10 @@ def test_fires_at_affected_release(adv):
     assert adv.example["line"] in [f.start.row for f in found]
     f = found[0]
     own = f.message[f.message.index(adv.id):].split(" Also ")[0]  # this advisory's part of the finding
-    if adv.verified:
+    if adv.verified and adv.severity == "error":
         assert f.severity.value == "error"
+    elif adv.severity == "warning":
+        assert "degrades the run" in own
     else:
         assert "not confirmed" in own  # an unverified entry only ever warns
     if adv.fixed:
@@ -122,3 +124,37 @@ def test_cli_lists_advisories():
     assert r.exit_code == 0 and "bitsandbytes-8bit-optim-state-fsdp1" not in r.output
     r = CliRunner().invoke(main, ["advisories", "--target-version", "bitsandbytes=0.49.1"])
     assert "bitsandbytes-8bit-optim-state-fsdp1" in r.output
+
+
+def test_toggle_of_a_model_not_wrapped_here_only_warns():
+    adv = next(a for a in ADVISORIES if a.id == "peft-adapter-toggle-non-leaf-fsdp")
+    code = """
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+policy = FSDP(policy_model, use_orig_params=True)
+with reward_model.disable_adapter():
+    scores = reward_model(**batch)
+"""
+    found = _hits(adv, Valid(code, target={"peft": "0.18.1"}))
+    assert found and all(f.severity.value == "warning" for f in found)
+    fixed = _hits(adv, Valid(code, target={"peft": "0.19.0"}))
+    assert not fixed
+
+
+def test_setting_written_under_an_undecidable_if_only_warns():
+    adv = next(a for a in ADVISORIES if a.id == "accelerate-fsdp2-ram-efficient-loading-cpu-offload")
+    code = """
+import os
+from accelerate import Accelerator
+def setup(cfg):
+    os.environ["ACCELERATE_USE_FSDP"] = "true"
+    os.environ["FSDP_VERSION"] = "2"
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"
+    if cfg.offload_params:
+        os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
+    return Accelerator().prepare(model)
+"""
+    found = _hits(adv, Valid(code, target={"accelerate": "1.12.0"}))
+    assert found and all(f.severity.value == "warning" for f in found)
+    certain = code.replace("    if cfg.offload_params:\n        os.environ", "    os.environ")
+    found = _hits(adv, Valid(certain, target={"accelerate": "1.12.0"}))
+    assert found and all(f.severity.value == "error" for f in found)

@@ -42,6 +42,8 @@ class Advisory:
     verified: bool  # both boundaries read at the two adjacent releases; an unverified entry only ever warns
     example: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
+    # "warning" for a bug that degrades a run (slower, numerically different) rather than breaking it.
+    severity: str = "error"
 
     @property
     def affected(self) -> SpecifierSet:
@@ -66,7 +68,7 @@ class Advisory:
             "introduced": str(self.introduced) if self.introduced else None,
             "fixed": str(self.fixed) if self.fixed else None,
             "affected": str(self.affected) or "*", "when": dict(self.when), "report_at": self.report_at,
-            "error": self.error, "fix": self.fix, "citations": list(self.citations), "verified": self.verified,
+            "error": self.error, "fix": self.fix, "citations": list(self.citations), "verified": self.verified, "severity": self.severity,
             "boundaries": [{"release": b.release, "affected": b.affected, "read": b.read} for b in self.boundaries],
         }
 
@@ -85,7 +87,7 @@ def parse(data: Mapping[str, Any], source: str) -> Advisory:
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
-    unknown = [k for k in data if k not in _REQUIRED + ("introduced", "fixed", "verified")]
+    unknown = [k for k in data if k not in _REQUIRED + ("introduced", "fixed", "verified", "severity")]
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(unknown)}")
     if data["library"] not in LIBRARIES:
@@ -115,6 +117,9 @@ def parse(data: Mapping[str, Any], source: str) -> Advisory:
         _version(b["release"], "boundaries.release")
         bounds.append(Boundary(str(b["release"]), bool(b["affected"]), str(b["read"])))
     verified = bool(data.get("verified", False))
+    severity = data.get("severity", "error")
+    if severity not in ("error", "warning"):
+        raise ValueError(f"`severity`: {severity!r} is neither error nor warning")
     if verified:
         # A verified boundary was read on both sides: the last affected release and the first fixed one.
         for edge, want in ((introduced, True), (fixed, False)):
@@ -129,7 +134,7 @@ def parse(data: Mapping[str, Any], source: str) -> Advisory:
         id=str(data["id"]), summary=str(data["summary"]), library=data["library"], introduced=introduced,
         fixed=fixed, when=data["when"], report_at=data["report_at"], error=str(data["error"]),
         fix=str(data["fix"]), citations=tuple(cites), boundaries=tuple(bounds), verified=verified,
-        example=ex, source=source,
+        example=ex, source=source, severity=severity,
     )
 
 
