@@ -142,6 +142,18 @@ def script_facts(a) -> dict[str, Fact]:
             fact = Fact(True, call.node, likely)
             if "toggles_adapters" not in facts or (facts["toggles_adapters"].likely and not likely):
                 facts["toggles_adapters"] = fact
+    for call in a.calls("LoraConfig"):
+        tokens = call.kw("trainable_token_indices")
+        if tokens is not None and a.value(tokens, call.scope) is not None:
+            facts.setdefault("lora_trainable_tokens", Fact(True, call.kwarg("trainable_token_indices")))
+    for call in a.all_calls:
+        if call.method in ("save_pretrained", "save_model") or (call.qualname or "").endswith("get_peft_model_state_dict"):
+            facts.setdefault("saves_model", Fact(True, call.node))
+            break
+    if "saves_model" not in facts and "trainer" in facts:
+        strategy = facts.get("save_strategy")
+        if strategy is None or str(strategy.value).lower() != "no":
+            facts["saves_model"] = Fact(True, facts["trainer"].site)
     saves = _optimizer_save(a, facts)
     if saves is not None:
         facts["saves_optimizer_state"] = Fact(True, saves)
