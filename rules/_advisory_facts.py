@@ -154,6 +154,11 @@ def script_facts(a) -> dict[str, Fact]:
         strategy = facts.get("save_strategy")
         if strategy is None or str(strategy.value).lower() != "no":
             facts["saves_model"] = Fact(True, facts["trainer"].site)
+    for call in a.all_calls:
+        resume = call.kw("resume_from_checkpoint") if call.method == "train" else None
+        if call.method == "load_state" or (resume is not None and a.value(resume, call.scope) not in (None, False)):
+            facts.setdefault("loads_state", Fact(True, call.node))
+            break
     saves = _optimizer_save(a, facts)
     if saves is not None:
         facts["saves_optimizer_state"] = Fact(True, saves)

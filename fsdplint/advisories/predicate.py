@@ -28,6 +28,7 @@ FACTS: dict[str, str] = {
     "use_vllm": "GRPOConfig/RLOOConfig use_vllm (generation in vLLM, weights synced from the trained model)",
     "lora_trainable_tokens": "true when LoraConfig(trainable_token_indices=...) trains selected token embeddings",
     "saves_model": "true when the job saves the model or adapter (save_pretrained, save_model, get_peft_model_state_dict, Trainer checkpoints)",
+    "loads_state": "true when the job resumes: accelerator.load_state(...), trainer.train(resume_from_checkpoint=...)",
     "optim": "the optimizer: TrainingArguments optim= (e.g. paged_adamw_8bit), or a bitsandbytes optimizer class in snake case (PagedAdamW8bit -> paged_adamw_8bit)",
     "trainer": "the trainer class name (Trainer, SFTTrainer, DPOTrainer, GRPOTrainer)",
     "peft": "true when LoRA/PEFT adapters are injected (get_peft_model, peft_config=)",
