@@ -63,6 +63,8 @@ def _conditional_nodes(a) -> set:
 
 def script_facts(a) -> dict[str, Fact]:
     facts: dict[str, Fact] = {}
+    # A call counts only where FSDP is in its program: FSDP in one test of a file says nothing of another.
+    under_fsdp = a.fsdp_at
     launch = getattr(a, "launch", None)
     if launch is not None:
         conditional = _conditional_nodes(a)
@@ -105,6 +107,8 @@ def script_facts(a) -> dict[str, Fact]:
         if off is not None and re.search(r"offload_params\s*=\s*True", a.code(off)):
             facts.setdefault("offload", Fact(True, off))
     for call in a.calls("BitsAndBytesConfig", "load_model"):
+        if not under_fsdp(call):
+            continue
         for bits in (4, 8):
             arg = a.keyword(call, f"load_in_{bits}bit")
             if arg is not None and arg is not UNKNOWN and a.value(arg, call.scope) is True:
@@ -115,26 +119,30 @@ def script_facts(a) -> dict[str, Fact]:
             text = value if isinstance(value, str) else a.code(storage)
             facts.setdefault("quant_storage", Fact(text.rsplit(".", 1)[-1], storage))
     for call in a.all_calls:
+        if not under_fsdp(call):
+            continue
         q = call.qualname or ""
         m = re.fullmatch(r"peft(?:\.[\w.]+)?\.(\w+)Config", q)
         if m and m.group(1) not in ("Peft", "PromptLearning"):
             facts.setdefault("peft_method", Fact(m.group(1).lower(), call.node))
         if q.startswith("bitsandbytes.optim."):
             facts.setdefault("optim", Fact(_snake(q.rsplit(".", 1)[-1]), call.node))
-    trainers = a.calls("Trainer")
+    trainers = [t for t in a.calls("Trainer") if under_fsdp(t)]
     if trainers:
         t = trainers[0]
         facts["trainer"] = Fact((t.qualname or "Trainer").rsplit(".", 1)[-1], t.node)
         if t.kw("peft_config") is not None:
             facts["peft"] = Fact(True, t.kwarg("peft_config"))
     for call in a.calls("Accelerator"):
+        if not under_fsdp(call):
+            continue
         ga = call.kw("gradient_accumulation_steps")
         value = a.value(ga, call.scope) if ga is not None else None
         if isinstance(value, int) and not isinstance(value, bool):
             facts.setdefault("gradient_accumulation_steps", Fact(value, ga))
     wrapped = _wrapped_names(a)
     for call in a.all_calls:
-        if call.method in _ADAPTER_TOGGLES:
+        if call.method in _ADAPTER_TOGGLES and under_fsdp(call):
             # Certain when the adapters switched are those of a model this file wrapped (`model = FSDP(model)`,
             # `fully_shard(model)`, then `model.module.disable_adapter()`).
             root = _root(a.code(call.receiver)) if call.receiver is not None else None
@@ -143,10 +151,14 @@ def script_facts(a) -> dict[str, Fact]:
             if "toggles_adapters" not in facts or (facts["toggles_adapters"].likely and not likely):
                 facts["toggles_adapters"] = fact
     for call in a.calls("LoraConfig"):
+        if not under_fsdp(call):
+            continue
         tokens = call.kw("trainable_token_indices")
         if tokens is not None and a.value(tokens, call.scope) is not None:
             facts.setdefault("lora_trainable_tokens", Fact(True, call.kwarg("trainable_token_indices")))
     for call in a.all_calls:
+        if not under_fsdp(call):
+            continue
         if call.method in ("save_pretrained", "save_model") or (call.qualname or "").endswith("get_peft_model_state_dict"):
             facts.setdefault("saves_model", Fact(True, call.node))
             break
@@ -155,6 +167,8 @@ def script_facts(a) -> dict[str, Fact]:
         if strategy is None or str(strategy.value).lower() != "no":
             facts["saves_model"] = Fact(True, facts["trainer"].site)
     for call in a.all_calls:
+        if not under_fsdp(call):
+            continue
         resume = call.kw("resume_from_checkpoint") if call.method == "train" else None
         if call.method == "load_state" or (resume is not None and a.value(resume, call.scope) not in (None, False)):
             facts.setdefault("loads_state", Fact(True, call.node))
@@ -178,6 +192,8 @@ def _optimizer_save(a, facts):
     """Where the job saves optimizer state: a Trainer that writes checkpoints (save_strategy is not "no" and
     save_only_model is not set), `accelerator.save_state`, or FSDP's optimizer state dict APIs."""
     for call in a.all_calls:
+        if not a.fsdp_at(call):
+            continue
         last = (call.qualname or call.func or "").rsplit(".", 1)[-1]
         if call.method == "save_state" or last in _OPTIM_SAVES:
             return call.node

@@ -158,3 +158,22 @@ def setup(cfg):
     certain = code.replace("    if cfg.offload_params:\n        os.environ", "    os.environ")
     found = _hits(adv, Valid(certain, target={"accelerate": "1.12.0"}))
     assert found and all(f.severity.value == "error" for f in found)
+
+
+def test_facts_of_different_tests_do_not_combine():
+    adv = next(a for a in ADVISORIES if a.id == "peft-trainable-tokens-fsdp-state-dict")
+    code = """
+from peft import LoraConfig, get_peft_model
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def test_trainable_tokens_save(tmp_path):
+    config = LoraConfig(target_modules=["q_proj"], trainable_token_indices={"embed_tokens": [0]})
+    get_peft_model(model, config).save_pretrained(tmp_path)
+
+def test_fsdp_wrap():
+    FSDP(model, use_orig_params=True)
+"""
+    assert not _hits(adv, Valid(code, target={"peft": "0.16.0"}))
+    same_test = code.replace("    get_peft_model(model, config).save_pretrained(tmp_path)",
+                             "    FSDP(get_peft_model(model, config)).module.save_pretrained(tmp_path)")
+    assert _hits(adv, Valid(same_test, target={"peft": "0.16.0"}))
