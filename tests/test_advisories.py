@@ -177,3 +177,14 @@ def test_fsdp_wrap():
     same_test = code.replace("    get_peft_model(model, config).save_pretrained(tmp_path)",
                              "    FSDP(get_peft_model(model, config)).module.save_pretrained(tmp_path)")
     assert _hits(adv, Valid(same_test, target={"peft": "0.16.0"}))
+
+
+def test_cli_project_requirements_decide(tmp_path):
+    from fsdplint.cli import main
+
+    (tmp_path / "requirements.txt").write_text("accelerate==1.13.0\nbitsandbytes==0.49.1\n")
+    r = CliRunner().invoke(main, ["advisories", str(tmp_path), "--output-format", "json"])
+    assert r.exit_code == 0, r.output
+    ids = {row["id"] for row in json.loads(r.output)}
+    assert "bitsandbytes-8bit-optim-state-fsdp1" in ids
+    assert "accelerate-fsdp2-ignored-params-old-torch" not in ids  # fixed in 1.13.0
