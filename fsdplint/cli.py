@@ -525,6 +525,44 @@ def server_cmd() -> None:
     serve()
 
 
+@main.command("advisories")
+@click.argument("path", required=False)
+@click.option("--target-version", multiple=True, help="Library versions the job runs, e.g. accelerate=1.12.")
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text")
+def advisories_cmd(path: Optional[str], target_version, output_format: str) -> None:
+    """List the known library bugs (FSDP601): all of them, or those the given versions (--target-version, or
+    the lock file / requirements of the project at PATH) carry."""
+    from pathlib import Path
+
+    from fsdplint import advisories, versions
+
+    targets = _targets(target_version, None)
+    rows = []
+    for adv in advisories.load():
+        version = targets.get(adv.library)
+        why = "--target-version" if version else None
+        if version is None and path is not None and adv.library in versions.DEFAULTS:
+            tv = versions.resolve(adv.library, Path(path) / "_" if Path(path).is_dir() else Path(path),
+                                  use_installed=False)
+            if tv.known:
+                version, why = str(tv.version), tv.source
+        if version is not None and not adv.applies_to(versions.Version(version)):
+            continue
+        row = adv.as_dict()
+        row["target"] = {"version": version, "source": why} if version else None
+        rows.append(row)
+    if output_format == "json":
+        import json
+
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        fixed = f"fixed in {r['fixed']}" if r["fixed"] else "not fixed yet"
+        note = "" if r["verified"] else " [unverified]"
+        at = f"; the job runs {r['library']} {r['target']['version']} ({r['target']['source']})" if r["target"] else ""
+        click.echo(f"{r['id']}: {r['library']} {r['affected']}, {fixed}{note}{at}\n    {r['summary']}")
+
+
 def _model_command():
     try:
         from fsdplint.audit.cli import model_command

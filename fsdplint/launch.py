@@ -24,6 +24,8 @@ _TOP_KEYS = ("distributed_type", "mixed_precision", "num_processes", "num_machin
 _TRAINING_KWARGS = (
     "gradient_checkpointing", "gradient_checkpointing_kwargs", "ddp_find_unused_parameters",
     "bf16", "fp16", "torch_compile",
+    # Read by the advisories (known bugs of one release that these settings trigger).
+    "optim", "gradient_accumulation_steps", "save_strategy", "save_only_model", "use_vllm",
 )
 
 

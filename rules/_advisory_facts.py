@@ -1,0 +1,222 @@
+"""The facts an advisory's trigger is written over (fsdplint.advisories.predicate.FACTS), read from a script
+and its launch settings, each with where it is written so that a finding points at that line."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fsdplint.analysis import UNKNOWN
+
+
+@dataclass(frozen=True)
+class Fact:
+    value: Any
+    site: Any  # a launch Setting (script node or YAML line) or a cst node
+    # Only likely: the setting is written, but whether it acts as the trigger needs what fsdplint cannot see
+    # here (a finding that rests on it is a warning).
+    likely: str = ""
+
+
+def _snake(name: str) -> str:
+    """bitsandbytes' class names as TrainingArguments spells the optimizer: PagedAdamW8bit -> paged_adamw_8bit."""
+    s = re.sub(r"(?<!^)(?=[A-Z])", "_", name.replace("AdamW", "Adamw"))
+    return re.sub(r"(?<=[a-z])(\d+bit)$", r"_\1", s).lower()
+
+
+_TRUE_SETTINGS = {
+    # fact -> launch setting keys (after accelerate's fsdp_ prefix is dropped)
+    "offload": ("offload_params",),
+    "activation_checkpointing": ("activation_checkpointing",),
+    "cpu_ram_efficient_loading": ("cpu_ram_efficient_loading",),
+    "use_orig_params": ("use_orig_params",),
+}
+_PLAIN_SETTINGS = ("optim", "gradient_accumulation_steps", "gradient_checkpointing", "save_strategy",
+                   "save_only_model", "state_dict_type", "torch_compile", "auto_wrap_policy",
+                   "transformer_layer_cls_to_wrap", "use_vllm")
+
+
+def _truthy(v: Any) -> Any:
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    return v
+
+
+_CONDITIONAL = "it is set under an `if` whose value fsdplint cannot read here"
+
+
+def _conditional_nodes(a) -> set:
+    """Ids of the values the script writes only under an `if` it cannot decide (`if cfg.offload:
+    os.environ["FSDP_OFFLOAD_PARAMS"] = "true"`, a TrainingArguments call in such a branch)."""
+    out = set()
+    items = [(ds, (ds.value,)) for sc in a.c.scopes for ds in sc.dict_sets]
+    items += [(c, tuple(arg.value for arg in c.node.args)) for c in a.calls("TrainingArguments", "FullyShardedDataParallelPlugin")]
+    for item, nodes in items:
+        for g in getattr(item, "guards", ()):
+            test = getattr(g.node, "test", None)
+            if test is not None and UNKNOWN in a.truth(test, item.scope):
+                out.update(id(n) for n in nodes)
+                break
+    return out
+
+
+def script_facts(a) -> dict[str, Fact]:
+    facts: dict[str, Fact] = {}
+    # A call counts only where FSDP is in its program: FSDP in one test of a file says nothing of another.
+    under_fsdp = a.fsdp_at
+    launch = getattr(a, "launch", None)
+    if launch is not None:
+        conditional = _conditional_nodes(a)
+
+        def fact_of(s):
+            return Fact(_truthy(s.value), s, _CONDITIONAL if id(s.node) in conditional else "")
+
+        for key in _PLAIN_SETTINGS:
+            s = launch.get(key)
+            if s is not None and s.value is not None and s.value is not UNKNOWN:
+                facts[key] = fact_of(s)
+        for fact, keys in _TRUE_SETTINGS.items():
+            for key in keys:
+                s = launch.get(key)
+                if s is not None and s.value is not None and s.value is not UNKNOWN:
+                    facts[fact] = fact_of(s)
+        sharding = launch.get("sharding")
+        if sharding is not None and isinstance(sharding.value, str) and "offload" in sharding.value.split():
+            facts.setdefault("offload", Fact(True, sharding))
+        if launch.fsdp_version is not None:
+            site = launch.get("version") or sharding or launch.get("sharding_strategy") or launch.get("distributed_type")
+            facts["fsdp_version"] = Fact(launch.fsdp_version, site)
+    if "fsdp_version" not in facts:
+        for api, version in (("fully_shard", 2), ("FSDP1", 1)):
+            calls = a.calls(api)
+            if calls:
+                facts["fsdp_version"] = Fact(version, calls[0].node)
+                break
+    for call in a.calls("fully_shard"):
+        policy = call.kw("offload_policy")
+        if policy is not None and "CPUOffloadPolicy" in a.code(policy):
+            facts.setdefault("offload", Fact(True, policy))
+    for call in a.calls("FSDP1"):
+        # FullyShardedDataParallel's own default is use_orig_params=False (accelerate's plugin defaults to True).
+        orig = call.kw("use_orig_params")
+        value = a.value(orig, call.scope) if orig is not None else False
+        if isinstance(value, bool):
+            facts.setdefault("use_orig_params", Fact(value, orig if orig is not None else call.node))
+        off = call.kw("cpu_offload")
+        if off is not None and re.search(r"offload_params\s*=\s*True", a.code(off)):
+            facts.setdefault("offload", Fact(True, off))
+    for call in a.calls("BitsAndBytesConfig", "load_model"):
+        if not under_fsdp(call):
+            continue
+        for bits in (4, 8):
+            arg = a.keyword(call, f"load_in_{bits}bit")
+            if arg is not None and arg is not UNKNOWN and a.value(arg, call.scope) is True:
+                facts.setdefault("quant_bits", Fact(bits, call.kwarg(f"load_in_{bits}bit") or call.node))
+        storage = call.kw("bnb_4bit_quant_storage")
+        if storage is not None:
+            value = a.value(storage, call.scope)
+            text = value if isinstance(value, str) else a.code(storage)
+            facts.setdefault("quant_storage", Fact(text.rsplit(".", 1)[-1], storage))
+    for call in a.all_calls:
+        if not under_fsdp(call):
+            continue
+        q = call.qualname or ""
+        m = re.fullmatch(r"peft(?:\.[\w.]+)?\.(\w+)Config", q)
+        if m and m.group(1) not in ("Peft", "PromptLearning"):
+            facts.setdefault("peft_method", Fact(m.group(1).lower(), call.node))
+        if q.startswith("bitsandbytes.optim."):
+            facts.setdefault("optim", Fact(_snake(q.rsplit(".", 1)[-1]), call.node))
+    trainers = [t for t in a.calls("Trainer") if under_fsdp(t)]
+    if trainers:
+        t = trainers[0]
+        facts["trainer"] = Fact((t.qualname or "Trainer").rsplit(".", 1)[-1], t.node)
+        if t.kw("peft_config") is not None:
+            facts["peft"] = Fact(True, t.kwarg("peft_config"))
+    for call in a.calls("Accelerator"):
+        if not under_fsdp(call):
+            continue
+        ga = call.kw("gradient_accumulation_steps")
+        value = a.value(ga, call.scope) if ga is not None else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            facts.setdefault("gradient_accumulation_steps", Fact(value, ga))
+    wrapped = _wrapped_names(a)
+    for call in a.all_calls:
+        if call.method in _ADAPTER_TOGGLES and under_fsdp(call):
+            # Certain when the adapters switched are those of a model this file wrapped (`model = FSDP(model)`,
+            # `fully_shard(model)`, then `model.module.disable_adapter()`).
+            root = _root(a.code(call.receiver)) if call.receiver is not None else None
+            likely = "" if (id(call.scope), root) in wrapped else "the adapters switched here may not be those of an FSDP-wrapped model"
+            fact = Fact(True, call.node, likely)
+            if "toggles_adapters" not in facts or (facts["toggles_adapters"].likely and not likely):
+                facts["toggles_adapters"] = fact
+    for call in a.calls("LoraConfig"):
+        if not under_fsdp(call):
+            continue
+        tokens = call.kw("trainable_token_indices")
+        if tokens is not None and a.value(tokens, call.scope) is not None:
+            facts.setdefault("lora_trainable_tokens", Fact(True, call.kwarg("trainable_token_indices")))
+    for call in a.all_calls:
+        if not under_fsdp(call):
+            continue
+        if call.method in ("save_pretrained", "save_model") or (call.qualname or "").endswith("get_peft_model_state_dict"):
+            facts.setdefault("saves_model", Fact(True, call.node))
+            break
+    if "saves_model" not in facts and "trainer" in facts:
+        strategy = facts.get("save_strategy")
+        if strategy is None or str(strategy.value).lower() != "no":
+            facts["saves_model"] = Fact(True, facts["trainer"].site)
+    for call in a.all_calls:
+        if not under_fsdp(call):
+            continue
+        resume = call.kw("resume_from_checkpoint") if call.method == "train" else None
+        if call.method == "load_state" or (resume is not None and a.value(resume, call.scope) not in (None, False)):
+            facts.setdefault("loads_state", Fact(True, call.node))
+            break
+    saves = _optimizer_save(a, facts)
+    if saves is not None:
+        facts["saves_optimizer_state"] = Fact(True, saves)
+    if "peft" not in facts:
+        peft = a.calls("get_peft_model")
+        if peft:
+            facts["peft"] = Fact(True, peft[0].node)
+    return facts
+
+
+_ADAPTER_TOGGLES = ("disable_adapter", "set_adapter", "enable_adapter_layers", "disable_adapter_layers")
+_OPTIM_SAVES = ("optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict", "get_optimizer_state_dict",
+                "get_state_dict")
+
+
+def _optimizer_save(a, facts):
+    """Where the job saves optimizer state: a Trainer that writes checkpoints (save_strategy is not "no" and
+    save_only_model is not set), `accelerator.save_state`, or FSDP's optimizer state dict APIs."""
+    for call in a.all_calls:
+        if not a.fsdp_at(call):
+            continue
+        last = (call.qualname or call.func or "").rsplit(".", 1)[-1]
+        if call.method == "save_state" or last in _OPTIM_SAVES:
+            return call.node
+    if "trainer" in facts:
+        strategy = facts.get("save_strategy")
+        only = facts.get("save_only_model")
+        if (strategy is None or str(strategy.value).lower() != "no") and (only is None or only.value is not True):
+            return facts["trainer"].site
+    return None
+
+
+def _root(text: str) -> str:
+    return re.split(r"[.\[(]", text.strip(), 1)[0]
+
+
+def _wrapped_names(a) -> set:
+    """(scope, name) of the models wrapped with FSDP: the target of `x = FSDP(...)`, the argument of
+    `fully_shard(x)` (in place); per scope, as one name in two functions is two variables."""
+    out = set()
+    for call in a.calls("FSDP1"):
+        out.update((id(call.scope), _root(a.code(t))) for t in call.targets)
+    for call in a.calls("fully_shard"):
+        arg = call.arg(0, "module")
+        if arg is not None:
+            out.add((id(call.scope), _root(a.code(arg))))
+    return out
