@@ -16,7 +16,9 @@ from typing import Optional
 ERROR_RULES = (
     (r"Cannot flatten integer dtype tensors", "FSDP202"),
     (r"FlatParameter requires uniform dtype", "FSDP202"),
+    (r"Must flatten tensors with uniform dtype but got .*(u?int8|uint8)", "FSDP202"),
     (r"Must flatten tensors with uniform `?requires_grad`?", "FSDP004"),
+    (r"has both parameters with requires_grad=True and False", "FSDP004"),
     (r"Must flatten tensors with uniform dtype", "FSDP005"),
     (r"uniform original parameter dtype", "FSDP005"),
     (r"uniform reduce dtype", "FSDP005"),
