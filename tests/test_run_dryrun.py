@@ -91,3 +91,17 @@ def test_missing_script_is_one_line_error(workdir):
     p = _run(workdir, "--", "python", "no_such_train.py", fmt="concise")
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == ["fsdplint: error: fsdplint run: no_such_train.py: No such file"]
+
+
+def test_script_alone_runs_the_launch_the_static_side_found(workdir):
+    proj = workdir / "proj"
+    proj.mkdir(exist_ok=True)
+    (proj / "pyproject.toml").write_text("")
+    (proj / "train.py").write_text((workdir / "fsdp2_lora_after_wrap.py").read_text())
+    (proj / "launch.sh").write_text('#!/bin/bash\ntorchrun --nproc_per_node 2 \\\n  train.py "$@"\n')
+    env = {**os.environ, "MODEL": str(workdir / "tiny"), "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "fsdplint", "run", str(proj / "train.py")], cwd=workdir, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "fsdplint run: torchrun --nproc_per_node 2 train.py" in p.stdout  # the launch from launch.sh
+    assert "simulated ranks 0, 1" in p.stdout and "FSDP101" in p.stdout

@@ -98,6 +98,7 @@ def _run(spec: dict, result: dict) -> None:
                                "traceback": traceback.format_exc(limit=-8)}
     result["reached"] = list(sentinel.PROGRESS.points)
     result["notes"].extend(models.NOTES)
+    result["notes"].extend(sorted(sentinel.PROGRESS.notes))
 
 
 if __name__ == "__main__":

@@ -41,10 +41,13 @@ def run_command(world_size, nnodes, gpu_memory, timeout, launches, output_format
     sys.exit(code)
 
 
-def _commands(launches, command) -> list[list[str]]:
-    out = [shlex.split(c) for c in launches]
+def _commands(launches, command) -> list[tuple[list[str], str]]:
+    """(words, working directory) of each launch to run; a launch found in a shell file runs from
+    that file's directory, as its relative paths expect."""
+    here = os.getcwd()
+    out = [(shlex.split(c), here) for c in launches]
     if command and (len(command) > 1 or not command[0].endswith(".py")):
-        out.append(command)
+        out.append((command, here))
     elif command:  # `fsdplint run train.py`: the launches the static side found for it
         from pathlib import Path
 
@@ -55,18 +58,32 @@ def _commands(launches, command) -> list[list[str]]:
             raise FsdplintError(f"{command[0]}: No such file")
         found = launches_for(script.resolve())
         for launch in found:
-            out.append(shlex.split(_launch_text(launch)))
+            out.append((_launch_words(launch), os.path.dirname(os.path.abspath(launch.path)) if launch.path else here))
         if not found:
-            out.append(["python", command[0]])
+            out.append((["python", command[0]], here))
     if not out:
         raise FsdplintError("fsdplint run: give a launch command after `--`, a script, or --launch")
     return out
 
 
-def _launch_text(launch) -> str:
-    lines = launch.text.splitlines()
-    text = " ".join(lines[launch.line - 1:]).replace("\\ ", " ") if launch.line - 1 < len(lines) else launch.text
-    return text
+def _launch_words(launch) -> list[str]:
+    """The command a launch the static side read would run, rebuilt from its parts (a word the shell
+    text leaves unknown, e.g. "$@", is dropped: the run says which launch it ran)."""
+    words = [f"{k}={w.text}" for k, w in launch.env.items() if not w.unknown]
+    head = {"python": ["python"], "torchrun": ["torchrun"], "accelerate": ["accelerate", "launch"]}.get(launch.launcher)
+    if head is None:
+        raise FsdplintError(f"{launch.label}: `fsdplint run` does not run {launch.launcher} launches")
+    words += head
+    for name, w in launch.options.items():
+        if name in ("m", "module") or w.unknown:
+            continue
+        words += [f"--{name}"] if w.text == "true" else [f"--{name}", w.text]
+    if launch.module:
+        words += ["-m", launch.module]
+    elif launch.script:
+        words.append(launch.script)
+    words += [a.text for a in launch.args if not (a.unknown or a.splat)]
+    return words
 
 
 def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, command) -> int:
@@ -85,16 +102,26 @@ def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, comm
     except Exception as e:
         raise FsdplintError(str(e)) from None
     all_findings = []
-    for words in _commands(launches, command):
-        job = cmd.parse(words)
+    for words, cwd in _commands(launches, command):
+        job = _in(cwd, cmd.parse, words)
         nodes = nnodes or job.nnodes or 1
         ws = world_size or (job.nproc_per_node or 1) * nodes
         local = max(ws // nodes, 1) if (world_size or nnodes) else (job.nproc_per_node or ws)
         result = runner.run(job, world_size=ws, local_world_size=local, gpu_memory=memory, timeout=timeout,
-                            cwd=os.getcwd())
+                            cwd=cwd)
         found = report.findings(result)
         all_findings.extend(found)
         if output_format in ("concise", "full"):
             report.write_summary(result, sys.stdout)
     write_report(all_findings, output_format, sys.stdout)
     return 1 if all_findings else 0
+
+
+def _in(cwd: str, fn, *args):
+    """Read the launch from its own directory (its script and config paths are relative to it)."""
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return fn(*args)
+    finally:
+        os.chdir(old)

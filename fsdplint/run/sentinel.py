@@ -29,6 +29,7 @@ class Progress:
         self.wrapped: list = []  # weakrefs to modules the job wrapped
         self.optimizers: list = []  # weakrefs to optimizers the job built
         self.armed = False
+        self.notes: set = set()
         self.on_stop = None  # callback(point, model, optimizer) -> None, run before ReachedStop
 
     def reach(self, point: str) -> None:

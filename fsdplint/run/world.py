@@ -86,6 +86,16 @@ def _cuda(torch, count: int, local_rank: int, memory: int) -> None:
     }
     for name, fn in answers.items():
         setattr(cuda, name, fn)
+    # torch's device-generic API (accelerate's FSDP1 prepare asks it for the device).
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:
+        generic = {"is_available": lambda *a, **k: True, "current_accelerator": lambda *a, **k: torch.device("cuda"),
+                   "device_count": lambda: count, "current_device_index": lambda: state["device"],
+                   "current_device_idx": lambda: state["device"], "set_device_index": set_device,
+                   "set_device_idx": set_device, "synchronize": lambda *a, **k: None}
+        for name, fn in generic.items():
+            if hasattr(acc, name):
+                setattr(acc, name, fn)
     _tensor_moves(torch)
 
 

@@ -26,8 +26,13 @@ def install() -> None:
 
         if "device_id" in kwargs and kwargs["device_id"] is not None:
             kwargs["device_id"] = torch.device("cpu")
+        if kwargs.get("sync_module_states"):
+            # FSDP1 refuses CPU tensors for the broadcast, and under the fake group it moves no data.
+            kwargs["sync_module_states"] = False
+            sentinel.PROGRESS.notes.add("sync_module_states=True: the broadcast from rank 0 was skipped "
+                                        "(no data to send in the dry run)")
         fake = any(p.is_meta for p in module.parameters())
-        if fake and kwargs.get("param_init_fn") is None:
+        if fake:  # a param_init_fn (accelerate sets one) is then not needed: nothing is left on meta
             # What a real job hands FSDP1 is a loaded CPU model: fake CPU tensors stand for it.
             with FakeTensorMode(allow_non_fake_inputs=True):
                 module.to_empty(device="cpu")

@@ -1,4 +1,4 @@
-# The shape of huggingface/trl#1723 / peft FSDP1 reports: LoRA (trainable) and the frozen base in one
+# The shape of huggingface/trl#1723: float32 LoRA adapters and the bf16 frozen base in one
 # FSDP1 unit with use_orig_params=False.
 import os, functools, torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
