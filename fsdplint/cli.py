@@ -16,7 +16,7 @@ from fsdplint import __version__
 from fsdplint.errors import FsdplintError, UsageError
 
 FORMATS = ("concise", "full", "json", "json-lines", "github", "sarif", "junit")
-SUBCOMMANDS = ("check", "rule", "rules", "model", "server", "version")
+SUBCOMMANDS = ("check", "rule", "rules", "model", "run", "server", "advisories", "version")
 
 
 class DefaultGroup(click.Group):
@@ -599,6 +599,28 @@ class _LazyModel(click.Command):
 
 
 main.add_command(_LazyModel())
+
+
+class _LazyRun(click.Command):
+    """`fsdplint run` (fsdplint/run/) executes the job's code: imported only when it is asked for,
+    never from `check` or pre-commit."""
+
+    def __init__(self):
+        super().__init__("run", help="Run the job's real launch on a CPU in a fake world of N GPUs, no weights "
+                                     "(EXECUTES the job's code; needs fsdplint[run]).", add_help_option=False,
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+
+    def invoke(self, ctx):
+        from fsdplint.run.cli import run_command
+
+        return run_command.main(args=ctx.args, prog_name="fsdplint run", standalone_mode=True)
+
+    def parse_args(self, ctx, args):
+        ctx.args = list(args)
+        return []
+
+
+main.add_command(_LazyRun())
 
 
 if __name__ == "__main__":  # pragma: no cover

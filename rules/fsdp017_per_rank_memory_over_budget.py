@@ -9,7 +9,7 @@ class PerRankMemoryOverBudget(Rule):
     severity = Severity.WARNING
     summary = ("the per-rank memory estimate (params, grads, AdamW state, largest all-gathered unit, activations "
                "with --seq-len) exceeds --gpu-memory")
-    sides = "A"
+    sides = "AR"
     doc = """
     ## What it does
     Estimates the memory each rank needs at the planned world size — its parameter shards (read from the

@@ -1,0 +1,105 @@
+"""One simulated rank: `python -m fsdplint.run.child SPEC.json`.
+
+Runs the job's entry (a script path, `-m module`, or a console script) with `runpy` and the
+`sys.argv` the launcher gives it, in the dry-run world, and writes what it reached to the result
+file named in the spec. The launcher's environment (RANK, LOCAL_RANK, WORLD_SIZE, accelerate's
+ACCELERATE_*/FSDP_*) is set by the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+
+def main(spec_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    started = time.perf_counter()
+    result = {"rank": spec["rank"], "point": "start", "findings": [], "memory": None, "notes": [],
+              "exception": None}
+    try:
+        _run(spec, result)
+    finally:
+        result["seconds"] = round(time.perf_counter() - started, 2)
+        with open(spec["result"], "w") as f:
+            json.dump(result, f)
+    return 0
+
+
+def _run(spec: dict, result: dict) -> None:
+    import logging
+    import warnings
+
+    from fsdplint.run import errors, sentinel
+
+    if "HF_HUB_OFFLINE" not in os.environ:
+        os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        result["notes"].append("HF_HUB_OFFLINE=1 (the environment did not set it): nothing was downloaded")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.simplefilter("ignore")
+    for name in ("bitsandbytes", "peft", "accelerate", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+    from fsdplint.run import models, world, wraps
+
+    world.import_stack()
+    world.install(spec["world_size"], spec["rank"], spec["local_world_size"], spec["gpu_memory"])
+    models.install()
+    wraps.install()
+    sentinel.install()
+
+    def on_stop(point, model, optimizer):
+        if model is None:
+            return
+        from fsdplint.run import live
+
+        try:
+            result["findings"] = live.checks(model, optimizer)
+            result["memory"] = live.memory(model, optimizer)
+        except Exception as e:  # the dry run's own failure: reported, not the job's
+            result["notes"].append(f"the runtime checks could not inspect the model: {errors.one_line(e)}")
+
+    sentinel.PROGRESS.on_stop = on_stop
+    sys.argv = [spec["argv0"], *spec["args"]]
+    cwd = spec.get("cwd") or os.getcwd()
+    os.chdir(cwd)
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        if spec["kind"] == "path":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(spec["entry"])))
+            runpy.run_path(spec["entry"], run_name="__main__")
+        elif spec["kind"] == "module":
+            runpy.run_module(spec["entry"], run_name="__main__", alter_sys=True)
+        else:  # a console script: "module:function"
+            import importlib
+
+            mod, _, fn = spec["entry"].partition(":")
+            target = importlib.import_module(mod)
+            for part in fn.split("."):
+                target = getattr(target, part)
+            target()
+        result["point"] = "end"
+    except sentinel.ReachedStop as stop:
+        result["point"] = stop.point
+        result["stop_frame"] = errors.user_frame(stop.__traceback__, spec.get("user_root") or cwd)
+    except SystemExit as e:
+        result["point"] = "exit"
+        if e.code not in (None, 0):
+            result["exception"] = {"text": f"SystemExit: {e.code}", "code": errors.JOB_RAISED, "frame": None}
+    except BaseException as e:  # noqa: BLE001 - every failure of the job is the report
+        frame = errors.user_frame(e.__traceback__, spec.get("user_root") or cwd)
+        result["exception"] = {"text": errors.one_line(e), "code": errors.rule_for(str(e)), "frame": frame,
+                               "traceback": traceback.format_exc(limit=-8)}
+    result["reached"] = list(sentinel.PROGRESS.points)
+    result["notes"].extend(models.NOTES)
+    result["notes"].extend(sorted(sentinel.PROGRESS.notes))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,107 @@
+"""`fsdplint run`: real launches of small jobs on a tiny local Llama (config + tokenizer written here,
+no weights, no downloads), in a fake world of N GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = Path(__file__).resolve().parent / "run_jobs"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
+
+    d = tmp_path_factory.mktemp("run")
+    model = d / "tiny"
+    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=4, vocab_size=128, dtype="bfloat16",
+                architectures=["LlamaForCausalLM"]).save_pretrained(model)
+    vocab = {w: i for i, w in enumerate("[PAD] [UNK] <s> </s> the a cat dog sat on mat hello world".split())}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(model)
+    (d / "data.jsonl").write_text('{"text": "hello world the cat"}\n{"text": "the dog sat on the mat"}\n')
+    for f in JOBS.glob("*.*"):
+        (d / f.name).write_text(f.read_text())
+    return d
+
+
+def _run(workdir, *args, fmt="json"):
+    env = {**os.environ, "MODEL": str(workdir / "tiny"), "PYTHONPATH": str(ROOT)}
+    env.pop("HF_HUB_OFFLINE", None)
+    p = subprocess.run([sys.executable, "-m", "fsdplint", "run", "--output-format", fmt, *args],
+                       cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    return p
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, l in enumerate(path.read_text().splitlines(), 1) if text in l)
+
+
+def test_clean_fsdp2_lora_job_reaches_its_training_forward(workdir):
+    p = _run(workdir, "--world-size", "16", "--nnodes", "2", "--", "python", "fsdp2_lora_clean.py", fmt="concise")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "simulated ranks 0, 15" in p.stdout
+    assert p.stdout.count("stopped at its first training forward") == 2
+    assert "per-rank memory" in p.stdout and "All checks passed" in p.stdout
+    assert "HF_HUB_OFFLINE=1" in p.stdout  # nothing downloaded, and said so
+
+
+def test_qlora_fsdp1_uint8_storage_raises_fsdp202_at_the_wrap_line(workdir):
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "8", "fsdp1_qlora_uint8.py")
+    assert p.returncode == 1, p.stdout + p.stderr
+    found = json.loads(p.stdout)
+    assert [f["code"] for f in found] == ["FSDP202"]
+    f = found[0]
+    assert "Cannot flatten integer dtype tensors" in f["message"] and "ranks 0, 7 of 8" in f["message"]
+    assert f["filename"] == "fsdp1_qlora_uint8.py"
+    assert f["location"]["row"] == _line_of(workdir / "fsdp1_qlora_uint8.py", "model = FSDP(")
+
+
+def test_lora_injected_after_fully_shard_is_reported(workdir):
+    p = _run(workdir, "--world-size", "4", "--", "python", "fsdp2_lora_after_wrap.py")
+    assert p.returncode == 1, p.stdout + p.stderr
+    found = json.loads(p.stdout)
+    assert {f["code"] for f in found} == {"FSDP101"}
+    assert found[0]["location"]["row"] == _line_of(workdir / "fsdp2_lora_after_wrap.py", "model(input_ids=ids)")
+
+
+def test_accelerate_launch_with_fsdp_config_wraps_with_fsdp2(workdir):
+    p = _run(workdir, "--", "accelerate", "launch", "--config_file", "accelerate_fsdp2.yaml",
+             "accelerate_lora.py", "tiny", "data.jsonl", fmt="concise")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "simulated ranks 0, 7" in p.stdout  # num_processes: 8 in the YAML
+    assert p.stdout.count("(optimizer, wrap, forward;") == 2  # accelerate's prepare did the wrap
+
+
+def test_missing_script_is_one_line_error(workdir):
+    p = _run(workdir, "--", "python", "no_such_train.py", fmt="concise")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == ["fsdplint: error: fsdplint run: no_such_train.py: No such file"]
+
+
+def test_script_alone_runs_the_launch_the_static_side_found(workdir):
+    proj = workdir / "proj"
+    proj.mkdir(exist_ok=True)
+    (proj / "pyproject.toml").write_text("")
+    (proj / "train.py").write_text((workdir / "fsdp2_lora_after_wrap.py").read_text())
+    (proj / "launch.sh").write_text('#!/bin/bash\ntorchrun --nproc_per_node 2 \\\n  train.py "$@"\n')
+    env = {**os.environ, "MODEL": str(workdir / "tiny"), "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "fsdplint", "run", str(proj / "train.py")], cwd=workdir, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "fsdplint run: torchrun --nproc_per_node 2 train.py" in p.stdout  # the launch from launch.sh
+    assert "simulated ranks 0, 1" in p.stdout and "FSDP101" in p.stdout
