@@ -68,6 +68,17 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         unverified="releases of 5.x before 5.24 were not read: the table starts at 5.24.0",
     ),
     Behaviour(
+        "fsdp2_clip_norm_replicated", "torch",
+        "torch.nn.utils.clip_grad_norm_ over an FSDP2 (fully_shard) model returns a Replicate DTensor: "
+        ".item() on every rank is the global norm (equal to an unsharded copy's).",
+        since="2.13.0",
+        read="measured: torch 2.13.0 CPU, 2 gloo ranks (bench/facts/fsdp501_cpu_check.py): DTensor "
+             "placements (Replicate(),), .item() equal to the unsharded norm on both ranks",
+        unverified="releases before 2.13.0 were not run or read (their wheels are not installable here); "
+                   "the first release with a Replicate norm is not bisected, so 2.13.0 is only the oldest "
+                   "release measured",
+    ),
+    Behaviour(
         "trl_peft_input_grads", "trl",
         "trl's SFTTrainer and DPOTrainer, given peft_config (or a PEFT model) with gradient checkpointing, "
         "make the inputs require grad themselves (enable_input_require_grads, or prepare_model_for_kbit_training "
