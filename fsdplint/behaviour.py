@@ -92,8 +92,12 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "trl_grpo_peft_input_grads", "trl",
         "trl's GRPOTrainer (and at main KTO, Reward, RLOO) enable input grads for PEFT models with "
         "gradient checkpointing.",
-        since="0.17.0",
-        read="trl v0.15.0 (absent) and v0.17.0, v1.5.0, main trainer/grpo_trainer.py (present)",
+        since="0.16.0",
+        read="trl 0.15.2 (absent) and 0.16.0 (present: `_enable_gradient_checkpointing` calls "
+             "model.enable_input_require_grads() for reentrant checkpointing) trl/trainer/grpo_trainer.py, "
+             "the adjacent releases (bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex "
+             "enable_input_require_grads); v1.5.0 and main (present)",
+        unverified="KTO, Reward and RLOO share this entry from main; their own first releases were not bisected",
     ),
     Behaviour(
         "training_args_fsdp_default_v2", "transformers",

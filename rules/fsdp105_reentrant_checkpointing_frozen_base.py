@@ -37,7 +37,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
     *before* it on an unquantized model, in `prepare_model_for_kbit_training` and in
     `PeftModel.prepare_model_for_gradient_checkpointing`; transformers does it
     when the adapter was added with `model.add_adapter`; trl's trainers do it for PEFT models (SFTTrainer
-    and DPOTrainer in every release covered, GRPOTrainer from trl 0.17: see fsdplint/behaviour.py). Those
+    and DPOTrainer in every release covered, GRPOTrainer from trl 0.16.0, read at 0.15.2 and 0.16.0: see fsdplint/behaviour.py). Those
     cases are not reported. A frozen base gets no gradient with or without FSDP, so this rule does not
     need FSDP in the job.
 
@@ -120,7 +120,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
         args = SFTConfig(output_dir="out", gradient_checkpointing=True)
         trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16))
         """,
-        # From trl 0.17 GRPOTrainer enables input grads for the PEFT model it builds.
+        # From trl 0.16.0 GRPOTrainer enables input grads for the PEFT model it builds (0.15.2 does not).
         Valid(
             """
             from peft import LoraConfig
@@ -130,6 +130,17 @@ class ReentrantCheckpointingFrozenBase(Rule):
             trainer = GRPOTrainer(model="org/m", reward_funcs=f, args=cfg, peft_config=LoraConfig(r=8))
             """,
             target={"trl": "0.17.0", "transformers": "4.51"},
+        ),
+        # trl 0.16.0 already does (`_enable_gradient_checkpointing`: model.enable_input_require_grads()).
+        Valid(
+            """
+            from peft import LoraConfig
+            from trl import GRPOConfig, GRPOTrainer
+            cfg = GRPOConfig(output_dir="out", gradient_checkpointing=True,
+                             gradient_checkpointing_kwargs={"use_reentrant": True})
+            trainer = GRPOTrainer(model="org/m", reward_funcs=f, args=cfg, peft_config=LoraConfig(r=8))
+            """,
+            target={"trl": "0.16.0", "transformers": "4.51"},
         ),
         # No LoRA: the base is trainable, so its inputs to each layer require grad.
         """

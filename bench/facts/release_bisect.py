@@ -1,11 +1,11 @@
 """The first release of a library where a predicate over its source holds, read at adjacent releases.
 
-    python bench/facts/bisect.py trl trl/trainer/grpo_trainer.py --regex 'enable_input_require_grads'
-    python bench/facts/bisect.py bitsandbytes bitsandbytes/nn/modules.py \\
+    python bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex 'enable_input_require_grads'
+    python bench/facts/release_bisect.py bitsandbytes bitsandbytes/nn/modules.py \\
         --regex 'def fix_4bit_weight_quant_state_from_module' --from 0.42.0 --to 0.45.0
-    python bench/facts/bisect.py torch torch/nn/utils/clip_grad.py --ast-call get_total_norm \\
+    python bench/facts/release_bisect.py torch torch/nn/utils/clip_grad.py --ast-call get_total_norm \\
         --mirror PATH_TO_BARE_GIT_DIR --tag-pattern 'v2.*'
-    python bench/facts/bisect.py peft src/peft/utils/other.py --check mymodule:func   # func(text) -> bool
+    python bench/facts/release_bisect.py peft src/peft/utils/other.py --check mymodule:func   # func(text) -> bool
 
 Releases come from the package index (`pip download --no-deps`, wheels first, an sdist when a release has
 no wheel) into a cache directory outside the repository (`--cache`, default ~/.cache/fsdplint-bisect), or
