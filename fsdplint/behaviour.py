@@ -27,6 +27,11 @@ class Behaviour:
     before: str = ""  # what it did before `since`, when a message needs to say it
     read: str = ""  # the sources read (file and release)
     unverified: str = ""  # what the table states without having read it
+    # The two adjacent releases read for `since` (last without, first with) and for `until` (last with,
+    # first without); empty when the boundary was not bisected (the facts page then says "unverified").
+    since_read: tuple[str, ...] = ()
+    until_read: tuple[str, ...] = ()
+    check: str = ""  # the command that re-checks the boundary (bench/facts/release_bisect.py ...) or the run
 
 
 BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
@@ -77,6 +82,7 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         unverified="releases before 2.13.0 were not run or read (their wheels are not installable here); "
                    "the first release with a Replicate norm is not bisected, so 2.13.0 is only the oldest "
                    "release measured",
+        check="python bench/facts/fsdp501_cpu_check.py",
     ),
     Behaviour(
         "trl_peft_input_grads", "trl",
@@ -90,14 +96,41 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
     ),
     Behaviour(
         "trl_grpo_peft_input_grads", "trl",
-        "trl's GRPOTrainer (and at main KTO, Reward, RLOO) enable input grads for PEFT models with "
-        "gradient checkpointing.",
+        "trl's GRPOTrainer enables input grads for PEFT models with reentrant gradient checkpointing.",
         since="0.16.0",
         read="trl 0.15.2 (absent) and 0.16.0 (present: `_enable_gradient_checkpointing` calls "
              "model.enable_input_require_grads() for reentrant checkpointing) trl/trainer/grpo_trainer.py, "
              "the adjacent releases (bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex "
              "enable_input_require_grads); v1.5.0 and main (present)",
-        unverified="KTO, Reward and RLOO share this entry from main; their own first releases were not bisected",
+        since_read=("0.15.2", "0.16.0"),
+        check="python bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex enable_input_require_grads",
+    ),
+    Behaviour(
+        "trl_kto_peft_input_grads", "trl",
+        "trl's KTOTrainer given peft_config (or a PEFT model) with gradient checkpointing enables input grads "
+        "(enable_input_require_grads, or prepare_model_for_kbit_training for a quantized model).",
+        since=None,
+        read="trl 0.8.0 trl/trainer/kto_trainer.py (under peft_config + gradient_checkpointing), the first release "
+             "read; the same regex holds at every release bisected after it",
+        unverified="releases before 0.8.0 were not read",
+        check="python bench/facts/release_bisect.py trl trl/trainer/kto_trainer.py --regex enable_input_require_grads --linear",
+    ),
+    Behaviour(
+        "trl_reward_peft_input_grads", "trl",
+        "trl's RewardTrainer enables input grads for a PEFT model with gradient checkpointing.",
+        since="0.26.0",
+        read="trl 0.25.1 (absent) and 0.26.0 (present: `if is_peft_available() and isinstance(model, PeftModel) and "
+             "args.gradient_checkpointing: model.enable_input_require_grads()`) trl/trainer/reward_trainer.py",
+        since_read=("0.25.1", "0.26.0"),
+        check="python bench/facts/release_bisect.py trl trl/trainer/reward_trainer.py --regex enable_input_require_grads",
+    ),
+    Behaviour(
+        "trl_rloo_peft_input_grads", "trl",
+        "trl's RLOOTrainer enables input grads for a PEFT model with gradient checkpointing.",
+        since="0.27.0",
+        read="trl 0.26.2 (absent) and 0.27.0 (present, the same block as RewardTrainer's) trl/trainer/rloo_trainer.py",
+        since_read=("0.26.2", "0.27.0"),
+        check="python bench/facts/release_bisect.py trl trl/trainer/rloo_trainer.py --regex enable_input_require_grads",
     ),
     Behaviour(
         "training_args_fsdp_default_v2", "transformers",
@@ -113,6 +146,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "float32, so a LoRA unit mixes float32 adapters with a bf16 base unless it is passed False.",
         since="0.12.0",
         read="peft 0.21.2 mapping_func.py (default True); peft v0.11.1 mapping.py (absent) and v0.12.0 (present)",
+        since_read=("0.11.1", "0.12.0"),
+        check="python bench/facts/release_bisect.py peft peft/mapping.py --regex autocast_adapter_dtype",
     ),
     Behaviour(
         "accelerate_fsdp2_ignores_params4bit", "accelerate",

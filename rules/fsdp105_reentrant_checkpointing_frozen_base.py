@@ -1,6 +1,7 @@
 from typing import Optional
 
 from fsdplint import behaviour
+from fsdplint.facts import READ, Fact
 from fsdplint.findings import Applicability, Severity
 from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
 from fsdplint.rules._checkpointing import NON_REENTRANT_DEFAULT_SINCE, hf_checkpointing
@@ -68,6 +69,14 @@ class ReentrantCheckpointingFrozenBase(Rule):
     - peft#1142; trl#3089
     """
     references = ("transformers#23170", "transformers#21381", "transformers#26221", "peft#1142", "trl#3089")
+
+    facts = (
+        Fact("trl trainers that enable input grads for a PEFT model themselves (no finding)",
+             "SFT/DPO/KTO: every release read; GRPO >= 0.16.0; Reward >= 0.26.0; RLOO >= 0.27.0", READ,
+             "behaviour entries trl_peft_input_grads, trl_kto_/grpo_/reward_/rloo_peft_input_grads",
+             "python bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex enable_input_require_grads",
+             read_at=("0.15.2", "0.16.0")),
+    )
 
     VALID = [
         # Non-reentrant checkpointing needs no grad-requiring input.
@@ -319,8 +328,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
 
 # trl trainers and the behaviour entry that says they enable input grads for a PEFT model.
 _TRL_TRAINERS = {"SFTTrainer": "trl_peft_input_grads", "DPOTrainer": "trl_peft_input_grads",
-                 "GRPOTrainer": "trl_grpo_peft_input_grads", "KTOTrainer": "trl_grpo_peft_input_grads",
-                 "RewardTrainer": "trl_grpo_peft_input_grads", "RLOOTrainer": "trl_grpo_peft_input_grads"}
+                 "GRPOTrainer": "trl_grpo_peft_input_grads", "KTOTrainer": "trl_kto_peft_input_grads",
+                 "RewardTrainer": "trl_reward_peft_input_grads", "RLOOTrainer": "trl_rloo_peft_input_grads"}
 
 
 def _trl_prepares(ctx, a) -> bool:

@@ -1,6 +1,7 @@
 from fsdplint import behaviour
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN
+from fsdplint.facts import CITED, MEASURED, READ, Fact
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
@@ -89,6 +90,21 @@ class Fsdp2Shards4bitBase(Rule):
     - accelerate#3983, accelerate#3987, bnb#1945, bnb#1719
     - axolotl#2992, trl#6343, torchtune#909
     """
+    facts = (
+        Fact("fully_shard turns Params4bit into plain DTensors without quant_state, yet the 4-bit LoRA model's "
+             "forward and backward are right on CPU", "torch 2.13.0, bitsandbytes 0.50.2, peft 0.21.2, "
+             "transformers 5.24", MEASURED,
+             "2 gloo ranks, uint8 and bfloat16 storage: DTensor without quant_state after fully_shard; logits "
+             "within 0.0039 (one bf16 step) of the unsharded model; LoRA grads present; DTensor after backward",
+             "python bench/facts/fsdp201_cpu_check.py"),
+        Fact("Linear4bit.forward restores quant_state from the module (fix_4bit_weight_quant_state_from_module)",
+             "bitsandbytes >= 0.44.0", READ, "bitsandbytes/nn/modules.py",
+             "python bench/facts/release_bisect.py bitsandbytes bitsandbytes/nn/modules.py --regex "
+             "'def fix_4bit_weight_quant_state_from_module'", read_at=("0.43.3", "0.44.0")),
+        Fact("CUDA/NCCL failures ('only Tensors of floating point dtype can require gradients', loss 0.0, NaN)",
+             "not measured", CITED, "accelerate#3983, accelerate#3987, bnb#1945"),
+    )
+
     VALID = [
         # trl >= 0.26 takes the storage from --bnb_4bit_quant_storage (default uint8), which accelerate >= 1.14
         # excludes from sharding on torch >= 2.7; and without --load_in_4bit nothing is quantized.

@@ -1,5 +1,6 @@
 import libcst as cst
 
+from fsdplint.facts import MEASURED, Fact
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, safe
 from fsdplint.resolve import dotted
@@ -64,6 +65,18 @@ class WrongClipGradNorm(Rule):
     - pytorch#90028, #126457, #170862; torchtune#2169; torchtitan docs; miles_diffusion#35
     """
     references = ("pytorch#90028", "pytorch#126457", "torchtune#2169")
+
+    facts = (
+        Fact("torch.nn.utils.clip_grad_norm_ over an FSDP1 module's parameters returns a different, partial norm "
+             "on each rank; FullyShardedDataParallel.clip_grad_norm_ returns the global one",
+             "torch 2.13.0", MEASURED,
+             "2 gloo ranks: 9.885 (rank 0) and 20.238 (rank 1) against an unsharded 22.523; the method: 22.523",
+             "python bench/facts/fsdp501_cpu_check.py"),
+        Fact("FSDP2: the norm clip_grad_norm_ returns is a Replicate DTensor whose .item() is the global norm",
+             "torch 2.13.0 (older releases not run: a warning there)", MEASURED,
+             "DTensor placements ['R'], .item() equal to the unsharded norm on both ranks",
+             "python bench/facts/fsdp501_cpu_check.py"),
+    )
 
     VALID = [
         """
