@@ -1,5 +1,6 @@
 from fsdplint import behaviour
 from fsdplint.analysis.lightning import lightning_fsdp
+from fsdplint.facts import MEASURED, Fact
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._wrapped import fsdp1_one_unit, saves_no_weights, unwrapped_receiver
@@ -33,6 +34,12 @@ class SaveFromShardedModel(Rule):
     units; of the wrapper itself (`trainer.model`, the prepared or `FSDP(...)` model) in a function that writes
     a checkpoint and sets no `state_dict_type` anywhere, a warning: FSDP1's default FULL_STATE_DICT gathers
     the whole model, unoffloaded, on every rank's GPU.
+
+    `save_pretrained()` (no `state_dict=`) of a peft model wrapped with FSDP1 outside a `state_dict_type`
+    context, as one unit or with an auto-wrap policy (nested units): an error. Measured on CPU with 2 gloo
+    ranks (`python bench/facts/fsdp402_nested_save_check.py`, torch 2.13.0, peft 0.21.2): one unit writes 8
+    tensors, none of them the whole adapter weight; one unit per block, and peft's `fsdp_auto_wrap_policy`
+    layout (every LoRA leaf its own unit), write an adapter with 0 tensors.
 
     ## Why is this bad?
     A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
@@ -87,6 +94,13 @@ class SaveFromShardedModel(Rule):
     """
     references = ("pytorch#122903", "pytorch#143536", "accelerate#2000", "accelerate#4206")
 
+    facts = (
+        Fact("save_pretrained() of a peft model wrapped with FSDP1 (default FULL_STATE_DICT, no state_dict=) writes "
+             "no whole adapter weight", "torch 2.13.0, peft 0.21.2", MEASURED,
+             "2 gloo ranks: one unit, 8 tensors, 0 of 8 whole; one unit per block or per LoRA leaf (both "
+             "use_orig_params settings that wrap), 0 tensors", "python bench/facts/fsdp402_nested_save_check.py"),
+    )
+
     VALID = [
         """
         import torch
@@ -121,14 +135,6 @@ class SaveFromShardedModel(Rule):
             """,
             options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
         ),
-        # FSDP1 with nested units and the default FULL_STATE_DICT: the nested units' parameters (a LoRA adapter
-        # in the blocks) are gathered by their own state-dict hooks. (The root unit's own parameters are not —
-        # measured, see Versions — which a full-model save would miss; this save is left to the adapter case.)
-        """
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        model = FSDP(model, auto_wrap_policy=policy)
-        model.save_pretrained("out", is_main_process=rank == 0)
-        """,
         # Saved before sharding.
         """
         import torch
@@ -270,6 +276,30 @@ class SaveFromShardedModel(Rule):
         """,
     ]
     INVALID = [
+        # FSDP1 with nested units and the default FULL_STATE_DICT: measured on CPU (torch 2.13, peft 0.21.2,
+        # bench/facts/fsdp402_nested_save_check.py), the adapter written holds 0 tensors, with one unit per
+        # block and with peft's fsdp_auto_wrap_policy layout alike.
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy)
+            model.save_pretrained("out", is_main_process=rank == 0)
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import functools
+            from peft.utils.other import fsdp_auto_wrap_policy
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def train(model, cfg):
+                model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), use_orig_params=True)
+                step(model)
+                model.save_pretrained(cfg.out)
+            """,
+            line=8,
+        ),
         # accelerate's FSDP1 with no auto-wrap policy: the unwrapped model is the root unit's inner module,
         # whose parameters are this rank's flat shard.
         Invalid(
@@ -478,9 +508,14 @@ class SaveFromShardedModel(Rule):
             return "save_pretrained() on an FSDP2 model"
         if state == "fsdp1":
             wraps = [w for w in t.before(ev, ("wrap1",)) if w.ref is not None and not w.ref.child]
-            nested = any(w.call is None or a.keyword(w.call, "auto_wrap_policy") is not None or w.call.star_kwargs()
-                         for w in wraps)
-            return None if nested or not wraps else "save_pretrained() on an FSDP1 model wrapped as one unit"
+            if not wraps or any(w.call is None or w.call.star_kwargs() for w in wraps):
+                return None  # how it is wrapped is not written here
+            if any(a.keyword(w.call, "auto_wrap_policy") is not None for w in wraps):
+                # Measured (bench/facts/fsdp402_nested_save_check.py, torch 2.13, peft 0.21.2): with one unit
+                # per block or per LoRA leaf the adapter file holds 0 tensors.
+                return ("save_pretrained() on an FSDP1 model wrapped in nested units (measured: the adapter file "
+                        "it writes holds 0 tensors)")
+            return "save_pretrained() on an FSDP1 model wrapped as one unit"
         trainers = _trainer_model(ev)
         if state is None and (trainers or t.before(ev, ("prepare",))):
             # `kwargs["model"]` in a TrainerCallback event is the Trainer's (sharded) model
