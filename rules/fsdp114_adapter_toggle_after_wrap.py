@@ -50,7 +50,7 @@ class AdapterToggleAfterWrap(Rule):
 
     Inside `forward()` with `use_orig_params=True`, what breaks depends on where the toggled parameters sit
     (measured with torch 2.13, FSDP1 FULL_SHARD on 2 gloo ranks, a LoRA model, peft 0.15.2 and 0.21.2;
-    `bench/fsdp114_cpu_check.py` in fsdplint's repository):
+    `bench/facts/fsdp114_cpu_check.py` in fsdplint's repository):
     - In the unit whose forward is running (the whole model as one unit, or LoRA layers a policy left in
       the root unit): its parameters are views of the gathered FlatParameter, not leaves. The first flip
       raises `RuntimeError: you can only change requires_grad flags of leaf variables` (peft#2977, and

@@ -78,7 +78,7 @@ class SaveFromShardedModel(Rule):
     FSDPStrategy gather a full state dict (`lightning_module_state_dict`, #16558; read in 1.9.5, 2.0.0 and
     2.1.0); an unknown Lightning version is not reported.
 
-    FSDP1 `state_dict()`, measured with `python bench/fsdp402_cpu_check.py` (torch 2.13.0, CPU, 2 gloo ranks,
+    FSDP1 `state_dict()`, measured with `python bench/facts/fsdp402_cpu_check.py` (torch 2.13.0, CPU, 2 gloo ranks,
     one training step; accelerate 1.15 `extract_model_from_parallel` unwraps FSDP with `model.module`): with no
     auto-wrap policy, `model.module.state_dict()` holds only `_flat_param` (use_orig_params=False) or each
     weight as a 1-D slice or an empty tensor (use_orig_params=True: 2 and 3 of 11 keys intact on ranks 0 and 1,
@@ -532,7 +532,7 @@ class SaveFromShardedModel(Rule):
 
 
 def _check_fsdp1_state_dict(ctx, a, t, ev, launch) -> None:
-    """`.state_dict()` of an FSDP1 model outside a `state_dict_type` context (measured: bench/fsdp402_cpu_check.py).
+    """`.state_dict()` of an FSDP1 model outside a `state_dict_type` context (measured: bench/facts/fsdp402_cpu_check.py).
 
     Of the unwrapped model (`accelerator.unwrap_model(m)`, `m.module`): the root unit's own parameters are
     flat-parameter shards (`_flat_param`, or 1-D/empty views with use_orig_params=True) — none of the weights
