@@ -403,6 +403,49 @@ class Fsdp1MixedRequiresGrad(Rule):
         spec(fsdp={"version": 1, "use_orig_params": True, "torch": "2.0"}),
     ]
 
+    # Freezes decided by what they freeze: a loop over a submodule's parameters, or one whose `if` reads the
+    # parameter's name, freezes a part; an `if` on a flag around a loop over every parameter freezes all.
+    VALID += [
+        """
+        from functools import partial
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        for p in model.parameters():
+            if cfg.freeze_base:
+                p.requires_grad = False
+        policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+        model = FSDP(model, auto_wrap_policy=policy)
+        """,
+    ]
+    INVALID += [
+        Invalid(
+            """
+            from functools import partial
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            for p in model.model.embed_tokens.parameters():
+                p.requires_grad = False
+            policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+            model = FSDP(model, auto_wrap_policy=policy)
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            from functools import partial
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            for name, p in model.named_parameters():
+                if "lm_head" in name:
+                    continue
+                p.requires_grad = False
+            policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+            model = FSDP(model, auto_wrap_policy=policy)
+            """,
+            line=9,
+        ),
+    ]
+
     def check(self, ctx) -> None:
         a = ctx.analysis
         tv = ctx.version("torch")
