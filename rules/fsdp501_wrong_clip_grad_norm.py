@@ -74,7 +74,8 @@ class WrongClipGradNorm(Rule):
              "python bench/facts/fsdp501_cpu_check.py"),
         Fact("FSDP2: the norm clip_grad_norm_ returns is a Replicate DTensor whose .item() is the global norm",
              "torch 2.13.0 (older releases not run: a warning there)", MEASURED,
-             "DTensor placements ['R'], .item() equal to the unsharded norm on both ranks",
+             "DTensor placements ['R'], .item() equal to the unsharded norm on both ranks; get_total_norm(foreach=True) "
+             "alike",
              "python bench/facts/fsdp501_cpu_check.py"),
     )
 

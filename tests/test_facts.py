@@ -96,4 +96,5 @@ def test_clip_grad_norm_measurement_matches_fsdp501(monkeypatch):
     installed = TargetVersion("torch", Version(res["torch"].split("+")[0]), "installed", "installed")
     if behaviour.holds("fsdp2_clip_norm_replicated", installed):
         assert all(r["fsdp2_item"] == r["true"] for r in ranks), ranks
+        assert all(r["foreach_item"] == r["true"] for r in ranks), ranks  # torchtitan's foreach=True path
     assert all(abs(r["fsdp2_full"] - true) < 1e-4 * true for r in ranks)

@@ -44,6 +44,10 @@ def _worker(rank, world, port, out_dir):
     placements = [str(p) for p in getattr(n2, "placements", ())]
     item2 = float(n2.item())
     full2 = float(n2.full_tensor().item()) if hasattr(n2, "full_tensor") else item2
+    # torchtitan's helper: get_total_norm over the DTensor grads with foreach=True (the _foreach_norm path).
+    nf = torch.nn.utils.get_total_norm([p.grad for p in m2.parameters() if p.grad is not None], foreach=True)
+    foreach_placements = [str(p) for p in getattr(nf, "placements", ())]
+    foreach_item = float(nf.item())
 
     m1 = FSDP(copy.deepcopy(base), use_orig_params=True, device_id=torch.device("cpu"))
     m1(x).pow(2).sum().backward()
@@ -53,7 +57,8 @@ def _worker(rank, world, port, out_dir):
     fsdp_fn = float(m1.clip_grad_norm_(1e9))
     with open(os.path.join(out_dir, f"{rank}.txt"), "w") as f:
         f.write(repr(dict(true=true, fsdp2_type=type(n2).__name__, fsdp2_placements=placements,
-                          fsdp2_item=item2, fsdp2_full=full2, fsdp1_torch_fn=torch_fn, fsdp1_method=fsdp_fn)))
+                          fsdp2_item=item2, fsdp2_full=full2,
+                          foreach_placements=foreach_placements, foreach_item=foreach_item, fsdp1_torch_fn=torch_fn, fsdp1_method=fsdp_fn)))
     dist.destroy_process_group()
 
 
@@ -79,6 +84,8 @@ def main() -> int:
         same = "equal" if d["fsdp2_item"] == d["true"] else "DIFFERENT"
         print(f"rank {r}: FSDP2 norm {d['fsdp2_type']}{d['fsdp2_placements']} .item()={d['fsdp2_item']!r} "
               f"({same} to the unsharded {d['true']!r}); full_tensor().item()={d['fsdp2_full']!r}")
+        print(f"rank {r}: FSDP2 get_total_norm(foreach=True) {d['foreach_placements']} "
+              f".item()={d['foreach_item']!r}")
         print(f"rank {r}: FSDP1 torch.nn.utils.clip_grad_norm_={d['fsdp1_torch_fn']!r}, "
               f"FSDP.clip_grad_norm_={d['fsdp1_method']!r}")
     return 0
