@@ -310,6 +310,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "setdefault(\"use_orig_params\", True)` / `self.kwargs.setdefault(...)` under _TORCH_GREATER_EQUAL_2_0); "
              "1.9.5 src/pytorch_lightning/strategies/fully_sharded_native.py (setup_optimizers raises the same "
              "ValueError); CHANGELOG 2.1.0 (#17309)",
+        since_read=('2.0.9.post0', '2.1.0'),
+        check='python bench/facts/release_bisect.py lightning lightning/fabric/strategies/fsdp.py --regex \'setdefault\\("use_orig_params", True\\)\'',
     ),
     Behaviour(
         "lightning_fsdp_full_checkpoint", "lightning",
@@ -323,6 +325,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "strategies/fsdp.py (no lightning_module_state_dict); 2.1.0 (lightning_module_state_dict with "
              "_get_full_state_dict_context / _get_sharded_state_dict_context); CHANGELOG 2.1.0 (#16558 \"Enabled "
              "saving the full model state dict when using the FSDPStrategy\")",
+        since_read=('2.0.9.post0', '2.1.0'),
+        check="python bench/facts/release_bisect.py lightning lightning/pytorch/strategies/fsdp.py --regex 'def lightning_module_state_dict'",
     ),
     Behaviour(
         "lightning_trainer_fsdp_is_torch", "lightning",
@@ -355,6 +359,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="0.12.0",
         before="no FSDP2 support for Params4bit",
         read="axolotl#2992; v0.12.0 src/axolotl/monkeypatch/fsdp2_qlora.py, loaders/patch_manager.py",
+        since_read=('0.11.0', '0.12.0'),
+        check='python bench/facts/release_bisect.py axolotl axolotl/monkeypatch/fsdp2_qlora.py --regex Params4bit',
     ),
     Behaviour(
         "axolotl_fsdp2_8bit_patch", "axolotl",
@@ -362,6 +368,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="0.15.0",
         before="no FSDP2 support for Int8Params",
         read="axolotl v0.15.0 loaders/patch_manager.py `_apply_fsdp2_bnb_patches` (load_in_4bit or load_in_8bit)",
+        since_read=('0.14.0', '0.15.0'),
+        check='python bench/facts/release_bisect.py axolotl axolotl/loaders/patch_manager.py --regex load_in_8bit',
     ),
     Behaviour(
         "axolotl_fsdp_device_map", "axolotl",
@@ -369,6 +377,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="0.12.0",
         before="the config's device_map was passed to from_pretrained",
         read="axolotl v0.12.0 loaders/model.py `_set_device_map_config`",
+        since_read=('0.11.0', '0.12.0'),
+        check="python bench/facts/release_bisect.py axolotl axolotl/loaders/model.py --regex 'FSDP requires control over device placement'",
     ),
     Behaviour(
         "llamafactory_fsdp_bnb_check", "llamafactory",
