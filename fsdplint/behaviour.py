@@ -45,8 +45,11 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="transformers 5.24.0 trainer.py (`update_fsdp_plugin_peft` before `accelerator.prepare`) and "
              "distributed/fsdp.py (`update_fsdp_plugin_peft`: any PeftConfig); a 4.x trainer.py "
              "(`Trainer._fsdp_qlora_plugin_updates`: LoraConfig only)",
-        unverified="the first release (4.39.0, the FSDP + QLoRA release that added _fsdp_qlora_plugin_updates) "
-                   "is from its release notes; the 4.x source read had no version number",
+        unverified="the 4.x source read had no version number; the first release of _fsdp_qlora_plugin_updates "
+                   "was bisected (4.38.2 without, 4.39.0 with)",
+        since_read=("4.38.2", "4.39.0"),
+        check="python bench/facts/release_bisect.py transformers transformers/trainer.py --regex "
+              "_fsdp_qlora_plugin_updates",
     ),
     Behaviour(
         "save_pretrained_gathers_dtensors", "transformers",
@@ -59,7 +62,9 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "transformers 5.24.0 modeling_utils.py (no DTensor gather left: only distributed_config models "
              "are gathered, see save_pretrained_gathers_distributed)",
         unverified="the first release (4.51.0, with tensor-parallel saving) and the last one before 5.24 that "
-                   "still gathers were not read; 5.x releases before 5.24 are assumed to gather",
+                   "still gathers were not read; 5.x releases before 5.24 are assumed to gather. A bisect of "
+                   "`tensor = tensor.full_tensor()` in modeling_utils.py found it in no release 4.46.1-4.53.0, so "
+                   "4.51.0 is in doubt",
     ),
     Behaviour(
         "save_pretrained_gathers_distributed", "transformers",
