@@ -56,15 +56,16 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "save_pretrained calls full_tensor() on every DTensor of the state dict while writing the shards, so "
         "on an FSDP2 model (fully_shard, or accelerate's FSDP2) it all-gathers each parameter: called on every "
         "rank it writes the full weights; called on one rank only it hangs in the first all-gather.",
-        since="4.51.0", until="5.24.0",
-        read="a transformers 5.x modeling_utils.py save_pretrained (with save_original_format; `if "
-             "_is_dtensor_available and isinstance(tensor, DTensor): tensor = tensor.full_tensor()`); "
-             "transformers 5.24.0 modeling_utils.py (no DTensor gather left: only distributed_config models "
-             "are gathered, see save_pretrained_gathers_distributed)",
-        unverified="the first release (4.51.0, with tensor-parallel saving) and the last one before 5.24 that "
-                   "still gathers were not read; 5.x releases before 5.24 are assumed to gather. A bisect of "
-                   "`tensor = tensor.full_tensor()` in modeling_utils.py found it in no release 4.46.1-4.53.0, so "
-                   "4.51.0 is in doubt",
+        since="4.52.0", until="5.1.0",
+        read="transformers 4.51.3 modeling_utils.py (no full_tensor), 4.52.1 and 4.57.6 (`if _is_dtensor_available "
+             "and isinstance(state_dict[tensor], DTensor): full_tensor = state_dict[tensor].full_tensor()`), 5.0.0 "
+             "(`tensor = tensor.full_tensor()`), 5.1.0, 5.9.0 and 5.24.0 (no full_tensor left: only "
+             "distributed_config models are gathered, see save_pretrained_gathers_distributed)",
+        unverified="4.52.0 is not on the package index: the first release read with the gather is 4.52.1",
+        since_read=("4.51.3", "4.52.1"),
+        until_read=("5.0.0", "5.1.0"),
+        check="python bench/facts/release_bisect.py transformers transformers/modeling_utils.py --regex "
+              "'\\.full_tensor\\(\\)' (add --until --from 5.0.0 for the end)",
     ),
     Behaviour(
         "save_pretrained_gathers_distributed", "transformers",

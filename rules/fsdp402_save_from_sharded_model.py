@@ -69,10 +69,11 @@ class SaveFromShardedModel(Rule):
     No automatic fix: the gather must run on every rank, and only rank 0 should write.
 
     ## Versions
-    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3. transformers 4.51 to
-    5.23 gather each DTensor in `save_pretrained` (`full_tensor()` while writing the shards), so there
+    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3. transformers 4.52 to
+    5.0 gather each DTensor in `save_pretrained` (`full_tensor()` while writing the shards; read at 4.51.3
+    and 4.52.1, and at 5.0.0 and 5.1.0, with `bench/facts/release_bisect.py`), so there
     `save_pretrained()` on every rank of an FSDP2 model writes the full weights and is not reported (on one
-    rank only it hangs: FSDP401); transformers 5.24 gathers only models loaded with its own
+    rank only it hangs: FSDP401); transformers 5.1 to 5.23 gather nothing, and 5.24 gathers only models loaded with its own
     `distributed_config`. With an unknown transformers version the finding is a warning (see
     `fsdplint/behaviour.py`, `save_pretrained_gathers_dtensors`). Lightning: 2.1.0 made the Trainer's
     FSDPStrategy gather a full state dict (`lightning_module_state_dict`, #16558; read in 1.9.5, 2.0.0 and
@@ -144,7 +145,7 @@ class SaveFromShardedModel(Rule):
         """,
     ]
     VALID += [
-        # transformers 4.51-5.23 save_pretrained gathers each DTensor (full_tensor) while writing: called on
+        # transformers 4.52-5.0 save_pretrained gathers each DTensor (full_tensor) while writing: called on
         # every rank it writes the full weights.
         Valid(
             """
@@ -276,6 +277,20 @@ class SaveFromShardedModel(Rule):
         """,
     ]
     INVALID = [
+        # transformers 5.1-5.23 gather no DTensor in save_pretrained (read at 5.0.0 and 5.1.0): every rank writes
+        # its shards.
+        Invalid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            train(model)
+            model.save_pretrained("out")
+            """,
+            target={"transformers": "5.9.0"},
+            line=6,
+        ),
         # FSDP1 with nested units and the default FULL_STATE_DICT: measured on CPU (torch 2.13, peft 0.21.2,
         # bench/facts/fsdp402_nested_save_check.py), the adapter written holds 0 tensors, with one unit per
         # block and with peft's fsdp_auto_wrap_policy layout alike.
