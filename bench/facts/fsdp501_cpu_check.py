@@ -44,7 +44,7 @@ def _worker(rank, world, port, out_dir):
     placements = [str(p) for p in getattr(n2, "placements", ())]
     item2 = float(n2.item())
     full2 = float(n2.full_tensor().item()) if hasattr(n2, "full_tensor") else item2
-    # torchtitan's helper: get_total_norm over the DTensor grads with foreach=True (the _foreach_norm path).
+    # torchtitan's clip_grad_norm_ (utils.py): get_total_norm over the DTensor grads with foreach=True (the _foreach_norm path).
     nf = torch.nn.utils.get_total_norm([p.grad for p in m2.parameters() if p.grad is not None], foreach=True)
     foreach_placements = [str(p) for p in getattr(nf, "placements", ())]
     foreach_item = float(nf.item())
