@@ -57,7 +57,9 @@ class Fsdp2Shards4bitBase(Rule):
       (`fix_4bit_weight_quant_state_from_module`), which exists from bitsandbytes 0.44.0 (read at 0.43.3,
       absent, and 0.44.0, present: `bench/facts/release_bisect.py bitsandbytes bitsandbytes/nn/modules.py
       --regex 'def fix_4bit_weight_quant_state_from_module'`).
-    - Not measured: bitsandbytes < 0.44 (no restore), CUDA kernels, float storage through NCCL (bnb#1945
+    - Not measured: bitsandbytes < 0.44 (no restore; not runnable here: with 0.43.3 on the path the check
+      stops at transformers 5.24's `requires bitsandbytes: pip install -U bitsandbytes>=0.46.1`, and 0.43.3
+      has no CPU 4-bit kernels), CUDA kernels, float storage through NCCL (bnb#1945
       reports NaN), and accelerate's own FSDP2 preparation on GPUs, where reports describe `only Tensors of
       floating point dtype can require gradients`, loss 0.0 and "little to no memory savings". Hence a
       warning: the base weights are sharded without a 4-bit-aware all-gather, which fsdplint cannot show
