@@ -27,6 +27,11 @@ class Behaviour:
     before: str = ""  # what it did before `since`, when a message needs to say it
     read: str = ""  # the sources read (file and release)
     unverified: str = ""  # what the table states without having read it
+    # The two adjacent releases read for `since` (last without, first with) and for `until` (last with,
+    # first without); empty when the boundary was not bisected (the facts page then says "unverified").
+    since_read: tuple[str, ...] = ()
+    until_read: tuple[str, ...] = ()
+    check: str = ""  # the command that re-checks the boundary (bench/facts/release_bisect.py ...) or the run
 
 
 BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
@@ -40,21 +45,27 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="transformers 5.24.0 trainer.py (`update_fsdp_plugin_peft` before `accelerator.prepare`) and "
              "distributed/fsdp.py (`update_fsdp_plugin_peft`: any PeftConfig); a 4.x trainer.py "
              "(`Trainer._fsdp_qlora_plugin_updates`: LoraConfig only)",
-        unverified="the first release (4.39.0, the FSDP + QLoRA release that added _fsdp_qlora_plugin_updates) "
-                   "is from its release notes; the 4.x source read had no version number",
+        unverified="the 4.x source read had no version number; the first release of _fsdp_qlora_plugin_updates "
+                   "was bisected (4.38.2 without, 4.39.0 with)",
+        since_read=("4.38.2", "4.39.0"),
+        check="python bench/facts/release_bisect.py transformers transformers/trainer.py --regex "
+              "_fsdp_qlora_plugin_updates",
     ),
     Behaviour(
         "save_pretrained_gathers_dtensors", "transformers",
         "save_pretrained calls full_tensor() on every DTensor of the state dict while writing the shards, so "
         "on an FSDP2 model (fully_shard, or accelerate's FSDP2) it all-gathers each parameter: called on every "
         "rank it writes the full weights; called on one rank only it hangs in the first all-gather.",
-        since="4.51.0", until="5.24.0",
-        read="a transformers 5.x modeling_utils.py save_pretrained (with save_original_format; `if "
-             "_is_dtensor_available and isinstance(tensor, DTensor): tensor = tensor.full_tensor()`); "
-             "transformers 5.24.0 modeling_utils.py (no DTensor gather left: only distributed_config models "
-             "are gathered, see save_pretrained_gathers_distributed)",
-        unverified="the first release (4.51.0, with tensor-parallel saving) and the last one before 5.24 that "
-                   "still gathers were not read; 5.x releases before 5.24 are assumed to gather",
+        since="4.52.0", until="5.1.0",
+        read="transformers 4.51.3 modeling_utils.py (no full_tensor), 4.52.1 and 4.57.6 (`if _is_dtensor_available "
+             "and isinstance(state_dict[tensor], DTensor): full_tensor = state_dict[tensor].full_tensor()`), 5.0.0 "
+             "(`tensor = tensor.full_tensor()`), 5.1.0, 5.9.0 and 5.24.0 (no full_tensor left: only "
+             "distributed_config models are gathered, see save_pretrained_gathers_distributed)",
+        unverified="4.52.0 is not on the package index: the first release read with the gather is 4.52.1",
+        since_read=("4.51.3", "4.52.1"),
+        until_read=("5.0.0", "5.1.0"),
+        check="python bench/facts/release_bisect.py transformers transformers/modeling_utils.py --regex "
+              "'\\.full_tensor\\(\\)' (add --until --from 5.0.0 for the end)",
     ),
     Behaviour(
         "save_pretrained_gathers_distributed", "transformers",
@@ -68,6 +79,18 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         unverified="releases of 5.x before 5.24 were not read: the table starts at 5.24.0",
     ),
     Behaviour(
+        "fsdp2_clip_norm_replicated", "torch",
+        "torch.nn.utils.clip_grad_norm_ over an FSDP2 (fully_shard) model returns a Replicate DTensor: "
+        ".item() on every rank is the global norm (equal to an unsharded copy's).",
+        since="2.13.0",
+        read="measured: torch 2.13.0 CPU, 2 gloo ranks (bench/facts/fsdp501_cpu_check.py): DTensor "
+             "placements (Replicate(),), .item() equal to the unsharded norm on both ranks",
+        unverified="releases before 2.13.0 were not run or read (their wheels are not installable here); "
+                   "the first release with a Replicate norm is not bisected, so 2.13.0 is only the oldest "
+                   "release measured",
+        check="python bench/facts/fsdp501_cpu_check.py",
+    ),
+    Behaviour(
         "trl_peft_input_grads", "trl",
         "trl's SFTTrainer and DPOTrainer, given peft_config (or a PEFT model) with gradient checkpointing, "
         "make the inputs require grad themselves (enable_input_require_grads, or prepare_model_for_kbit_training "
@@ -79,10 +102,41 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
     ),
     Behaviour(
         "trl_grpo_peft_input_grads", "trl",
-        "trl's GRPOTrainer (and at main KTO, Reward, RLOO) enable input grads for PEFT models with "
-        "gradient checkpointing.",
-        since="0.17.0",
-        read="trl v0.15.0 (absent) and v0.17.0, v1.5.0, main trainer/grpo_trainer.py (present)",
+        "trl's GRPOTrainer enables input grads for PEFT models with reentrant gradient checkpointing.",
+        since="0.16.0",
+        read="trl 0.15.2 (absent) and 0.16.0 (present: `_enable_gradient_checkpointing` calls "
+             "model.enable_input_require_grads() for reentrant checkpointing) trl/trainer/grpo_trainer.py, "
+             "the adjacent releases (bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex "
+             "enable_input_require_grads); v1.5.0 and main (present)",
+        since_read=("0.15.2", "0.16.0"),
+        check="python bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex enable_input_require_grads",
+    ),
+    Behaviour(
+        "trl_kto_peft_input_grads", "trl",
+        "trl's KTOTrainer given peft_config (or a PEFT model) with gradient checkpointing enables input grads "
+        "(enable_input_require_grads, or prepare_model_for_kbit_training for a quantized model).",
+        since=None,
+        read="trl 0.8.0 trl/trainer/kto_trainer.py (under peft_config + gradient_checkpointing), the first release "
+             "read; the same regex holds at every release bisected after it",
+        unverified="releases before 0.8.0 were not read",
+        check="python bench/facts/release_bisect.py trl trl/trainer/kto_trainer.py --regex enable_input_require_grads --linear",
+    ),
+    Behaviour(
+        "trl_reward_peft_input_grads", "trl",
+        "trl's RewardTrainer enables input grads for a PEFT model with gradient checkpointing.",
+        since="0.26.0",
+        read="trl 0.25.1 (absent) and 0.26.0 (present: `if is_peft_available() and isinstance(model, PeftModel) and "
+             "args.gradient_checkpointing: model.enable_input_require_grads()`) trl/trainer/reward_trainer.py",
+        since_read=("0.25.1", "0.26.0"),
+        check="python bench/facts/release_bisect.py trl trl/trainer/reward_trainer.py --regex enable_input_require_grads",
+    ),
+    Behaviour(
+        "trl_rloo_peft_input_grads", "trl",
+        "trl's RLOOTrainer enables input grads for a PEFT model with gradient checkpointing.",
+        since="0.27.0",
+        read="trl 0.26.2 (absent) and 0.27.0 (present, the same block as RewardTrainer's) trl/trainer/rloo_trainer.py",
+        since_read=("0.26.2", "0.27.0"),
+        check="python bench/facts/release_bisect.py trl trl/trainer/rloo_trainer.py --regex enable_input_require_grads",
     ),
     Behaviour(
         "training_args_fsdp_default_v2", "transformers",
@@ -91,6 +145,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         before="TrainingArguments(fsdp=...) without a version ran FSDP1",
         read="transformers 5.9.0 training_args.py (`fsdp_config.get(\"version\", 1)`), 5.10.0 and 5.24.0 "
              "(`fsdp_config.get(\"version\", 2)`); transformers#45640 (\"Default to FSDP2\")",
+        since_read=('5.9.0', '5.10.1'),
+        check='python bench/facts/release_bisect.py transformers transformers/training_args.py --regex \'get\\("version", 2\\)\'',
     ),
     Behaviour(
         "peft_autocast_adapter_dtype", "peft",
@@ -98,6 +154,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "float32, so a LoRA unit mixes float32 adapters with a bf16 base unless it is passed False.",
         since="0.12.0",
         read="peft 0.21.2 mapping_func.py (default True); peft v0.11.1 mapping.py (absent) and v0.12.0 (present)",
+        since_read=("0.11.1", "0.12.0"),
+        check="python bench/facts/release_bisect.py peft peft/mapping.py --regex autocast_adapter_dtype",
     ),
     Behaviour(
         "accelerate_fsdp2_ignores_params4bit", "accelerate",
@@ -106,6 +164,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="1.14.0",
         read="accelerate 1.15.0 utils/fsdp_utils.py (\"Exclude non-floating frozen Params4bit\", gated on "
              "is_torch_version('>=', '2.7.0')); v1.13.0 (absent) and v1.14.0 (present)",
+        since_read=('1.13.0', '1.14.0'),
+        check="python bench/facts/release_bisect.py accelerate accelerate/utils/fsdp_utils.py --regex 'Exclude non-floating frozen Params4bit'",
     ),
     Behaviour(
         "accelerate_fsdp2_passes_ignored_params", "accelerate",
@@ -116,6 +176,9 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="accelerate v1.10.1 utils/fsdp_utils.py (no ignored_params); v1.11.0 and v1.12.0 (fsdp2_kwargs "
              "always holds \"ignored_params\": get_parameters_from_modules(...), which returns set() for None); "
              "v1.13.0 (only when is_torch_version(\">=\", \"2.7.0\") and ignored_modules is not None, accelerate#3924)",
+        since_read=('1.10.1', '1.11.0'),
+        until_read=('1.12.0', '1.13.0'),
+        check='python bench/facts/release_bisect.py accelerate accelerate/utils/fsdp_utils.py --regex \'"ignored_params"\' (since); --regex \'is_torch_version\\(">=", "2.7.0"\\) and .*ignored_modules\' (until)',
     ),
     Behaviour(
         "accelerate_fsdp2_requires_torch_2_6", "accelerate",
@@ -124,6 +187,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="1.7.0",
         read="accelerate v1.6.0 utils/constants.py (FSDP2_PYTORCH_VERSION = \"2.5.1\"), v1.7.0 and 1.15.0 "
              "(\"2.6.0\"); 1.15.0 utils/dataclasses.py and accelerator.py raise for fsdp_version == 2 below it",
+        since_read=('1.6.0', '1.7.0'),
+        check='python bench/facts/release_bisect.py accelerate accelerate/utils/constants.py --regex \'FSDP2_PYTORCH_VERSION = "2.6\'',
     ),
     Behaviour(
         "trl_needs_transformers_4", "trl",
@@ -168,6 +233,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="trl v0.7.11, v0.8.0, v0.15.2, v0.19.0, v0.22.0, v0.25.0, v0.27.0, v0.28.0 trainer/dpo_trainer.py "
              "(present); v0.29.0, v1.0.0 (absent)",
         unverified="releases before 0.7.11 were not read",
+        until_read=('0.28.0', '0.29.0'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/dpo_trainer.py --regex 'prepare_model_for_kbit_training\\(' --until",
     ),
     Behaviour(
         "from_pretrained_distributed_fsdp", "transformers",
@@ -188,19 +255,27 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "type, double quant) without bnb_4bit_quant_storage: 4-bit weights stored as uint8.",
         since=None, until="0.10.0",
         read="trl v0.7.11, v0.8.6, v0.9.4, v0.9.6 trl/trainer/utils.py; trl#1863 (the fix) is first in v0.10",
+        until_read=('0.9.6', '0.10.1'),
+        check='python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex bnb_4bit_quant_storage',
     ),
     Behaviour(
         "trl_quant_config_storage_torch_dtype", "trl",
         "get_quantization_config sets bnb_4bit_quant_storage=model_args.torch_dtype (the load dtype).",
         since="0.10.0", until="0.23.0",
         read="trl v0.10.1, v0.11.0, v0.15.2, v0.19.0, v0.22.0 trl/trainer/utils.py",
+        since_read=('0.9.6', '0.10.1'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex 'bnb_4bit_quant_storage=model_args.torch_dtype'",
+        until_read=('0.22.2', '0.23.0'),
     ),
     Behaviour(
         "trl_quant_config_storage_dtype", "trl",
         "get_quantization_config sets bnb_4bit_quant_storage=model_args.dtype (the load dtype).",
         since="0.23.0", until="0.26.0",
         read="trl v0.23.0, v0.25.0 trl/trainer/utils.py",
-        unverified="v0.25.1 was not read",
+        unverified="",
+        since_read=('0.22.2', '0.23.0'),
+        until_read=('0.25.1', '0.26.0'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex 'bnb_4bit_quant_storage=model_args.dtype'",
     ),
     Behaviour(
         "trl_quant_config_storage_field", "trl",
@@ -208,6 +283,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "field whose default is None (uint8 storage unless --bnb_4bit_quant_storage is given).",
         since="0.26.0",
         read="trl v0.26.0, v0.27.0, v0.29.0, v1.0.0 trl/trainer/utils.py; v1.5.0 utils.py and model_config.py (default None)",
+        since_read=('0.25.1', '0.26.0'),
+        check="python bench/facts/release_bisect.py trl trl/trainer/utils.py --regex 'bnb_4bit_quant_storage=model_args.bnb_4bit_quant_storage'",
     ),
     Behaviour(
         "transformers_kv_cache_object", "transformers",
@@ -220,6 +297,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "(`past_key_value.update(...)`)",
         unverified="4.36.0 moved Llama/Mistral/Mixtral; other architectures (T5 in 4.36.0 still returns tuples) "
                    "moved later, release by release, and are not tracked per model",
+        since_read=('4.35.2', '4.36.0'),
+        check="python bench/facts/release_bisect.py transformers transformers/cache_utils.py --regex 'class DynamicCache'",
     ),
     # -- Lightning (Trainer and Fabric): what FSDPStrategy passes to FSDP1 and saves --------------------
     Behaviour(
@@ -237,6 +316,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "setdefault(\"use_orig_params\", True)` / `self.kwargs.setdefault(...)` under _TORCH_GREATER_EQUAL_2_0); "
              "1.9.5 src/pytorch_lightning/strategies/fully_sharded_native.py (setup_optimizers raises the same "
              "ValueError); CHANGELOG 2.1.0 (#17309)",
+        since_read=('2.0.9.post0', '2.1.0'),
+        check='python bench/facts/release_bisect.py lightning lightning/fabric/strategies/fsdp.py --regex \'setdefault\\("use_orig_params", True\\)\'',
     ),
     Behaviour(
         "lightning_fsdp_full_checkpoint", "lightning",
@@ -250,6 +331,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
              "strategies/fsdp.py (no lightning_module_state_dict); 2.1.0 (lightning_module_state_dict with "
              "_get_full_state_dict_context / _get_sharded_state_dict_context); CHANGELOG 2.1.0 (#16558 \"Enabled "
              "saving the full model state dict when using the FSDPStrategy\")",
+        since_read=('2.0.9.post0', '2.1.0'),
+        check="python bench/facts/release_bisect.py lightning lightning/pytorch/strategies/fsdp.py --regex 'def lightning_module_state_dict'",
     ),
     Behaviour(
         "lightning_trainer_fsdp_is_torch", "lightning",
@@ -282,6 +365,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="0.12.0",
         before="no FSDP2 support for Params4bit",
         read="axolotl#2992; v0.12.0 src/axolotl/monkeypatch/fsdp2_qlora.py, loaders/patch_manager.py",
+        since_read=('0.11.0', '0.12.0'),
+        check='python bench/facts/release_bisect.py axolotl axolotl/monkeypatch/fsdp2_qlora.py --regex Params4bit',
     ),
     Behaviour(
         "axolotl_fsdp2_8bit_patch", "axolotl",
@@ -289,6 +374,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="0.15.0",
         before="no FSDP2 support for Int8Params",
         read="axolotl v0.15.0 loaders/patch_manager.py `_apply_fsdp2_bnb_patches` (load_in_4bit or load_in_8bit)",
+        since_read=('0.14.0', '0.15.0'),
+        check='python bench/facts/release_bisect.py axolotl axolotl/loaders/patch_manager.py --regex load_in_8bit',
     ),
     Behaviour(
         "axolotl_fsdp_device_map", "axolotl",
@@ -296,6 +383,8 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         since="0.12.0",
         before="the config's device_map was passed to from_pretrained",
         read="axolotl v0.12.0 loaders/model.py `_set_device_map_config`",
+        since_read=('0.11.0', '0.12.0'),
+        check="python bench/facts/release_bisect.py axolotl axolotl/loaders/model.py --regex 'FSDP requires control over device placement'",
     ),
     Behaviour(
         "llamafactory_fsdp_bnb_check", "llamafactory",
@@ -334,7 +423,9 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
                "change requires_grad flags of leaf variables\" on the views of a running FSDP1 unit",
         read="peft 0.21.2 src/peft/utils/other.py `_set_layer_requires_grad` (peft#3001, commit 8695f0f); peft "
              "0.15.2 src/peft/tuners/tuners_utils.py (`layer.requires_grad_(...)` in enable_adapters/set_adapter)",
-        unverified="the first release (0.19.0) is the first tag containing commit 8695f0f; 0.16-0.18 not read",
+        unverified="",
+        since_read=('0.18.1', '0.19.0'),
+        check="python bench/facts/release_bisect.py peft peft/utils/other.py --regex 'def _set_layer_requires_grad'",
     ),
     Behaviour(
         "trl_ref_adapter_under_no_grad", "trl",

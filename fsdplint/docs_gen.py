@@ -125,6 +125,13 @@ def write_all(out_dir: Path) -> list[str]:
     return changed
 
 
+def _facts_stale() -> bool:
+    from fsdplint import facts_page
+
+    path = facts_page.facts_path()
+    return not path.is_file() or path.read_text(encoding="utf-8") != facts_page.render()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fsdplint.docs_gen", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: docs/rules)")
@@ -136,6 +143,8 @@ def main(argv=None) -> int:
         readme = readme_path()
         if args.out is None and readme.is_file() and render_readme(readme.read_text(encoding="utf-8")) != readme.read_text(encoding="utf-8"):
             stale.append("README.md rule table")
+        if args.out is None and _facts_stale():
+            stale.append("docs/facts.md")
         for name in stale:
             print(f"{out_dir / name}: stale; run `python -m fsdplint.docs_gen`")
         return 1 if stale else 0
@@ -147,6 +156,11 @@ def main(argv=None) -> int:
         if new != text:
             readme.write_text(new, encoding="utf-8")
             changed.append(str(readme.name))
+    if args.out is None and _facts_stale():
+        from fsdplint import facts_page
+
+        facts_page.facts_path().write_text(facts_page.render(), encoding="utf-8")
+        changed.append("facts.md")
     print(f"{len(changed)} file(s) updated in {out_dir}")
     return 0
 

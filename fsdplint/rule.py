@@ -74,6 +74,8 @@ class Rule:
     fix: ClassVar[Optional[Applicability]] = None
     # Where the bug exists, as PEP 440 specifiers per distribution, e.g. {"torch": "<2.7"}.
     versions: ClassVar[Mapping[str, str]] = {}
+    # What the rule's claims rest on (fsdplint.facts.Fact): rendered in docs/facts.md.
+    facts: ClassVar[tuple] = ()
     # The rule's bug needs FSDP in the job: a file without any FSDP (and no launch config that enables
     # it) gets none of its findings. False for rules about something else (DDP, the file itself).
     needs_fsdp: ClassVar[bool] = True

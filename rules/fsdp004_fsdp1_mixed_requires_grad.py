@@ -4,6 +4,7 @@ from fsdplint.analysis.lightning import lightning_fsdp
 from fsdplint.analysis.lightning import use_orig_params as lightning_orig_params
 from fsdplint.apis import api_of
 from fsdplint.audit.examples import spec
+from fsdplint.facts import MEASURED, Fact
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, unsafe
 from fsdplint.resolve import dotted
@@ -100,6 +101,15 @@ class Fsdp1MixedRequiresGrad(Rule):
     - peft#1702; peft `fsdp_auto_wrap_policy` (peft/utils/other.py)
     - lit-llama#361, litgpt#1392; Lightning fabric/strategies/fsdp.py (`use_orig_params` default)
     """
+    facts = (
+        Fact("FSDP1 with use_orig_params=False refuses a unit that mixes frozen and trainable parameters",
+             "torch 2.13.0, peft 0.21.2", MEASURED,
+             "2 gloo ranks, LoRA on q/v: one unit raises 'Must flatten tensors with uniform `requires_grad` when "
+             "`use_orig_params=False`'; one unit per block raises 'base_model.model.layers.0 has both parameters "
+             "with requires_grad=True and False'; peft's layout (LoRA leaves their own units) wraps",
+             "python bench/facts/fsdp402_nested_save_check.py"),
+    )
+
     VALID = [
         # The model freezes part of each layer itself: fine with use_orig_params=True, or when the policy also
         # gives the frozen Linear its own unit, or when a class freezes all of its own parameters.
@@ -401,6 +411,49 @@ class Fsdp1MixedRequiresGrad(Rule):
     AUDIT_INVALID = [
         spec(fsdp={"version": 1}),
         spec(fsdp={"version": 1, "use_orig_params": True, "torch": "2.0"}),
+    ]
+
+    # Freezes decided by what they freeze: a loop over a submodule's parameters, or one whose `if` reads the
+    # parameter's name, freezes a part; an `if` on a flag around a loop over every parameter freezes all.
+    VALID += [
+        """
+        from functools import partial
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        for p in model.parameters():
+            if cfg.freeze_base:
+                p.requires_grad = False
+        policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+        model = FSDP(model, auto_wrap_policy=policy)
+        """,
+    ]
+    INVALID += [
+        Invalid(
+            """
+            from functools import partial
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            for p in model.model.embed_tokens.parameters():
+                p.requires_grad = False
+            policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+            model = FSDP(model, auto_wrap_policy=policy)
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            from functools import partial
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            for name, p in model.named_parameters():
+                if "lm_head" in name:
+                    continue
+                p.requires_grad = False
+            policy = partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+            model = FSDP(model, auto_wrap_policy=policy)
+            """,
+            line=9,
+        ),
     ]
 
     def check(self, ctx) -> None:

@@ -1,6 +1,7 @@
 from typing import Optional
 
 from fsdplint import behaviour
+from fsdplint.facts import READ, Fact
 from fsdplint.findings import Applicability, Severity
 from fsdplint.rule import IN_FSDP_JOB, Invalid, Rule, Valid
 from fsdplint.rules._checkpointing import NON_REENTRANT_DEFAULT_SINCE, hf_checkpointing
@@ -37,7 +38,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
     *before* it on an unquantized model, in `prepare_model_for_kbit_training` and in
     `PeftModel.prepare_model_for_gradient_checkpointing`; transformers does it
     when the adapter was added with `model.add_adapter`; trl's trainers do it for PEFT models (SFTTrainer
-    and DPOTrainer in every release covered, GRPOTrainer from trl 0.17: see fsdplint/behaviour.py). Those
+    and DPOTrainer in every release covered, GRPOTrainer from trl 0.16.0, read at 0.15.2 and 0.16.0: see fsdplint/behaviour.py). Those
     cases are not reported. A frozen base gets no gradient with or without FSDP, so this rule does not
     need FSDP in the job.
 
@@ -68,6 +69,14 @@ class ReentrantCheckpointingFrozenBase(Rule):
     - peft#1142; trl#3089
     """
     references = ("transformers#23170", "transformers#21381", "transformers#26221", "peft#1142", "trl#3089")
+
+    facts = (
+        Fact("trl trainers that enable input grads for a PEFT model themselves (no finding)",
+             "SFT/DPO/KTO: every release read; GRPO >= 0.16.0; Reward >= 0.26.0; RLOO >= 0.27.0", READ,
+             "behaviour entries trl_peft_input_grads, trl_kto_/grpo_/reward_/rloo_peft_input_grads",
+             "python bench/facts/release_bisect.py trl trl/trainer/grpo_trainer.py --regex enable_input_require_grads",
+             read_at=("0.15.2", "0.16.0")),
+    )
 
     VALID = [
         # Non-reentrant checkpointing needs no grad-requiring input.
@@ -120,7 +129,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
         args = SFTConfig(output_dir="out", gradient_checkpointing=True)
         trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16))
         """,
-        # From trl 0.17 GRPOTrainer enables input grads for the PEFT model it builds.
+        # From trl 0.16.0 GRPOTrainer enables input grads for the PEFT model it builds (0.15.2 does not).
         Valid(
             """
             from peft import LoraConfig
@@ -130,6 +139,17 @@ class ReentrantCheckpointingFrozenBase(Rule):
             trainer = GRPOTrainer(model="org/m", reward_funcs=f, args=cfg, peft_config=LoraConfig(r=8))
             """,
             target={"trl": "0.17.0", "transformers": "4.51"},
+        ),
+        # trl 0.16.0 already does (`_enable_gradient_checkpointing`: model.enable_input_require_grads()).
+        Valid(
+            """
+            from peft import LoraConfig
+            from trl import GRPOConfig, GRPOTrainer
+            cfg = GRPOConfig(output_dir="out", gradient_checkpointing=True,
+                             gradient_checkpointing_kwargs={"use_reentrant": True})
+            trainer = GRPOTrainer(model="org/m", reward_funcs=f, args=cfg, peft_config=LoraConfig(r=8))
+            """,
+            target={"trl": "0.16.0", "transformers": "4.51"},
         ),
         # No LoRA: the base is trainable, so its inputs to each layer require grad.
         """
@@ -308,8 +328,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
 
 # trl trainers and the behaviour entry that says they enable input grads for a PEFT model.
 _TRL_TRAINERS = {"SFTTrainer": "trl_peft_input_grads", "DPOTrainer": "trl_peft_input_grads",
-                 "GRPOTrainer": "trl_grpo_peft_input_grads", "KTOTrainer": "trl_grpo_peft_input_grads",
-                 "RewardTrainer": "trl_grpo_peft_input_grads", "RLOOTrainer": "trl_grpo_peft_input_grads"}
+                 "GRPOTrainer": "trl_grpo_peft_input_grads", "KTOTrainer": "trl_kto_peft_input_grads",
+                 "RewardTrainer": "trl_reward_peft_input_grads", "RLOOTrainer": "trl_rloo_peft_input_grads"}
 
 
 def _trl_prepares(ctx, a) -> bool:

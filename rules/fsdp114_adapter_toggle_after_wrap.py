@@ -4,6 +4,7 @@ from fsdplint.resolve import dotted
 
 from fsdplint.behaviour import BEHAVIOURS
 from fsdplint.collect import AttrSet
+from fsdplint.facts import CITED, MEASURED, Fact
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 
@@ -50,7 +51,7 @@ class AdapterToggleAfterWrap(Rule):
 
     Inside `forward()` with `use_orig_params=True`, what breaks depends on where the toggled parameters sit
     (measured with torch 2.13, FSDP1 FULL_SHARD on 2 gloo ranks, a LoRA model, peft 0.15.2 and 0.21.2;
-    `bench/fsdp114_cpu_check.py` in fsdplint's repository):
+    `bench/facts/fsdp114_cpu_check.py` in fsdplint's repository):
     - In the unit whose forward is running (the whole model as one unit, or LoRA layers a policy left in
       the root unit): its parameters are views of the gathered FlatParameter, not leaves. The first flip
       raises `RuntimeError: you can only change requires_grad flags of leaf variables` (peft#2977, and
@@ -108,6 +109,21 @@ class AdapterToggleAfterWrap(Rule):
     - trl src trainer/dpo_trainer.py (`null_ref_context`, `use_adapter`)
     """
     references = ("peft#1442", "peft#2977", "peft#3001")
+
+    facts = (
+        Fact("adapter toggles in the training step, outside forward (a disable_adapter() reference pass under "
+             "no_grad; trl's set_adapter to a reference adapter and back) are harmless", "torch 2.13.0, peft 0.21.2",
+             MEASURED, "2 gloo ranks: ok under one unit, a block policy and peft's layout with use_orig_params=True, "
+             "and peft's layout with use_orig_params=False (the layouts that wrap)",
+             "python bench/facts/fsdp114_cpu_check.py loop-disable dpo"),
+        Fact("inside the wrapped forward: a requires_grad flip after a gradient-tracking pass left in place fails at "
+             "backward; a user's p.requires_grad flip in the running unit raises", "torch 2.13.0, peft 0.21.2",
+             MEASURED, "fwd:after-pass under a block policy: AssertionError: Invalid: ``_post_backward_hook_state``; "
+             "fwd:userloop under one unit: 'you can only change requires_grad flags of leaf variables'",
+             "python bench/facts/fsdp114_cpu_check.py"),
+        Fact("disable_adapter() outside forward raises on FSDP(peft_model, use_orig_params=True)", "not reproduced",
+             CITED, "peft#2692 states it; the loop-disable run above does not raise, so it is not reported"),
+    )
 
     VALID = [
         # The DPO reference trick: the adapter is disabled for a no-grad forward.

@@ -1,6 +1,7 @@
 from fsdplint import behaviour
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN
+from fsdplint.facts import CITED, MEASURED, READ, Fact
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
@@ -26,8 +27,9 @@ SFTTrainer(model=model_args.model_name_or_path, args=training_args).train()
 class Fsdp2Shards4bitBase(Rule):
     code = "FSDP201"
     name = "fsdp2-shards-4bit-base"
-    severity = Severity.ERROR
-    summary = "FSDP2 shards bitsandbytes Params4bit base weights (silent QLoRA corruption / errors)"
+    # A warning: the failure was not reproduced on CPU with bitsandbytes >= 0.44 (see "Why is this bad?").
+    severity = Severity.WARNING
+    summary = "FSDP2 shards bitsandbytes Params4bit base weights (quant_state lost; restored only by bnb >= 0.44)"
     sides = "SAR"
     versions = {"torch": ">=2.4", "bitsandbytes": "<=0.50"}
     doc = """
@@ -44,9 +46,24 @@ class Fsdp2Shards4bitBase(Rule):
 
     ## Why is this bad?
     bitsandbytes has no FSDP2 all-gather extension: `fully_shard` turns each `Params4bit` into a plain
-    dim-0 `DTensor` and its `quant_state` is lost. With uint8 storage it fails (`only Tensors of floating
-    point dtype can require gradients`, loss 0.0, NaN grad norm); with float storage it fails silently —
-    wrong forward, "little to no memory savings". `fully_shard` accepts such a model without a word.
+    dim-0 `DTensor`, and its type and `quant_state` are lost on the parameter. What that breaks depends on
+    the release and the device:
+    - Measured on CPU (`python bench/facts/fsdp201_cpu_check.py`: torch 2.13.0, bitsandbytes 0.50.2,
+      peft 0.21.2, transformers 5.24, 2 gloo ranks, a 4-bit Llama with LoRA, `fully_shard` on every decoder
+      layer and the root, uint8 and bfloat16 storage): the weights are plain DTensors without quant_state
+      after sharding, yet the logits stay within one bfloat16 rounding step (0.0039) of the unsharded
+      model's, backward reaches the LoRA weights, and every weight is a sharded DTensor again after
+      backward. `Linear4bit.forward` restores the quant_state from the module
+      (`fix_4bit_weight_quant_state_from_module`), which exists from bitsandbytes 0.44.0 (read at 0.43.3,
+      absent, and 0.44.0, present: `bench/facts/release_bisect.py bitsandbytes bitsandbytes/nn/modules.py
+      --regex 'def fix_4bit_weight_quant_state_from_module'`).
+    - Not measured: bitsandbytes < 0.44 (no restore; not runnable here: with 0.43.3 on the path the check
+      stops at transformers 5.24's `requires bitsandbytes: pip install -U bitsandbytes>=0.46.1`, and 0.43.3
+      has no CPU 4-bit kernels), CUDA kernels, float storage through NCCL (bnb#1945
+      reports NaN), and accelerate's own FSDP2 preparation on GPUs, where reports describe `only Tensors of
+      floating point dtype can require gradients`, loss 0.0 and "little to no memory savings". Hence a
+      warning: the base weights are sharded without a 4-bit-aware all-gather, which fsdplint cannot show
+      to be correct outside the measured CPU path.
 
     ## Example
     ```python
@@ -68,11 +85,28 @@ class Fsdp2Shards4bitBase(Rule):
 
     ## Versions
     torch >= 2.4, bitsandbytes <= 0.50; accelerate >= 1.14 ignores frozen Params4bit automatically.
+    A warning on every release: the failure was measured on no release (CPU, bitsandbytes 0.50.2: no
+    failure), and bitsandbytes >= 0.44 restores quant_state in the forward.
 
     ## References
     - accelerate#3983, accelerate#3987, bnb#1945, bnb#1719
     - axolotl#2992, trl#6343, torchtune#909
     """
+    facts = (
+        Fact("fully_shard turns Params4bit into plain DTensors without quant_state, yet the 4-bit LoRA model's "
+             "forward and backward are right on CPU", "torch 2.13.0, bitsandbytes 0.50.2, peft 0.21.2, "
+             "transformers 5.24", MEASURED,
+             "2 gloo ranks, uint8 and bfloat16 storage: DTensor without quant_state after fully_shard; logits "
+             "within 0.0039 (one bf16 step) of the unsharded model; LoRA grads present; DTensor after backward",
+             "python bench/facts/fsdp201_cpu_check.py"),
+        Fact("Linear4bit.forward restores quant_state from the module (fix_4bit_weight_quant_state_from_module)",
+             "bitsandbytes >= 0.44.0", READ, "bitsandbytes/nn/modules.py",
+             "python bench/facts/release_bisect.py bitsandbytes bitsandbytes/nn/modules.py --regex "
+             "'def fix_4bit_weight_quant_state_from_module'", read_at=("0.43.3", "0.44.0")),
+        Fact("CUDA/NCCL failures ('only Tensors of floating point dtype can require gradients', loss 0.0, NaN)",
+             "not measured", CITED, "accelerate#3983, accelerate#3987, bnb#1945"),
+    )
+
     VALID = [
         # trl >= 0.26 takes the storage from --bnb_4bit_quant_storage (default uint8), which accelerate >= 1.14
         # excludes from sharding on torch >= 2.7; and without --load_in_4bit nothing is quantized.
@@ -247,7 +281,10 @@ class Fsdp2Shards4bitBase(Rule):
                 hit.node,
                 f"fully_shard shards the bitsandbytes 4-bit base weights loaded at line {ctx.line(where.node)}: "
                 "bitsandbytes has no FSDP2 support, so each Params4bit becomes a plain DTensor and its quant_state "
-                "is lost (silent garbage or 'only Tensors of floating point dtype can require gradients'). "
+                "is lost. bitsandbytes >= 0.44 restores it in Linear4bit.forward (measured on CPU with bitsandbytes 0.50.2: "
+                "logits within one bf16 rounding step of the unsharded model); older releases, CUDA kernels and "
+                "NCCL were not measured, and reports there show 'only Tensors of floating point dtype can require "
+                "gradients', loss 0.0 or NaN. "
                 + _remedy(ctx.version("torch")),
             )
             return
@@ -295,8 +332,9 @@ class Fsdp2Shards4bitBase(Rule):
                 return  # accelerate excludes the uint8 Params4bit from sharding (accelerate#3987)
         report_job(ctx, q.setting,
                    f"{job.name} trains this 4-bit model with FSDP2 ({job.fsdp_version_why}): bitsandbytes has no "
-                   f"FSDP2 support, so each Params4bit becomes a plain DTensor and its quant_state is lost (silent "
-                   f"garbage or 'only Tensors of floating point dtype can require gradients')", gate,
+                   f"FSDP2 support, so each Params4bit becomes a plain DTensor and its quant_state is lost (bitsandbytes "
+                   f">= 0.44 restores it in the forward on CPU, measured; CUDA/NCCL reports show 'only Tensors of "
+                   f"floating point dtype can require gradients' or NaN)", gate,
                    job.remedy.get(self.code))
 
     AUDIT_VALID = [
@@ -325,8 +363,9 @@ class Fsdp2Shards4bitBase(Rule):
                "torch >= 2.7)")
         ctx.report(self, f"{len(hits)} bitsandbytes Params4bit base weight(s) in {len(units)} FSDP2 unit(s) "
                          f"(e.g. {hits[0][1].fqn} in {hits[0][0].label}) are sharded as plain DTensors: "
-                         f"bitsandbytes has no FSDP2 support, so quant_state is lost and QLoRA silently "
-                         f"trains on garbage or fails. Instead, {fix}.",
+                         f"bitsandbytes has no FSDP2 support, so quant_state is lost on the parameter "
+                         f"(bitsandbytes >= 0.44 restores it in the forward, measured on CPU; CUDA/NCCL runs "
+                         f"were not measured and are reported to fail). Instead, {fix}.",
                    unit=hits[0][0].name, param=hits[0][1].fqn, field="quantization")
 
 

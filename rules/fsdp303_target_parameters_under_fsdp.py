@@ -56,7 +56,7 @@ class TargetParametersUnderFsdp(Rule):
       own, `AssertionError: Module already has an attribute named 'down_proj'`.
 
     Measured on CPU (gloo; torch 2.13.0, peft 0.21.2, transformers 5.24.0, a small Mixtral with LoRA on
-    w1/w2/w3, which peft converts to `target_parameters`; `bench/fsdp303_cpu_check.py`): FSDP2
+    w1/w2/w3, which peft converts to `target_parameters`; `bench/facts/fsdp303_cpu_check.py`): FSDP2
     `fully_shard` per decoder layer (also with activation checkpointing, as accelerate applies it) and
     root only give the same loss and gradients as no FSDP, to the bit, at world sizes 1 and 2; the
     failing plans above raise the errors quoted.

@@ -1,5 +1,6 @@
 from fsdplint import behaviour
 from fsdplint.analysis.lightning import lightning_fsdp
+from fsdplint.facts import MEASURED, Fact
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._wrapped import fsdp1_one_unit, saves_no_weights, unwrapped_receiver
@@ -34,6 +35,12 @@ class SaveFromShardedModel(Rule):
     a checkpoint and sets no `state_dict_type` anywhere, a warning: FSDP1's default FULL_STATE_DICT gathers
     the whole model, unoffloaded, on every rank's GPU.
 
+    `save_pretrained()` (no `state_dict=`) of a peft model wrapped with FSDP1 outside a `state_dict_type`
+    context, as one unit or with an auto-wrap policy (nested units): an error. Measured on CPU with 2 gloo
+    ranks (`python bench/facts/fsdp402_nested_save_check.py`, torch 2.13.0, peft 0.21.2): one unit writes 8
+    tensors, none of them the whole adapter weight; one unit per block, and peft's `fsdp_auto_wrap_policy`
+    layout (every LoRA leaf its own unit), write an adapter with 0 tensors.
+
     ## Why is this bad?
     A sharded model's parameters are this rank's slices (FSDP2 DTensors, FSDP1 sharded flat-parameter
     views). Saving them directly writes one rank's shard — or an empty/garbage tensor — not the adapter.
@@ -62,16 +69,17 @@ class SaveFromShardedModel(Rule):
     No automatic fix: the gather must run on every rank, and only rank 0 should write.
 
     ## Versions
-    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3. transformers 4.51 to
-    5.23 gather each DTensor in `save_pretrained` (`full_tensor()` while writing the shards), so there
+    torch >= 2.4 (FSDP2); `torch.distributed.checkpoint.state_dict` from torch 2.3. transformers 4.52 to
+    5.0 gather each DTensor in `save_pretrained` (`full_tensor()` while writing the shards; read at 4.51.3
+    and 4.52.1, and at 5.0.0 and 5.1.0, with `bench/facts/release_bisect.py`), so there
     `save_pretrained()` on every rank of an FSDP2 model writes the full weights and is not reported (on one
-    rank only it hangs: FSDP401); transformers 5.24 gathers only models loaded with its own
+    rank only it hangs: FSDP401); transformers 5.1 to 5.23 gather nothing, and 5.24 gathers only models loaded with its own
     `distributed_config`. With an unknown transformers version the finding is a warning (see
     `fsdplint/behaviour.py`, `save_pretrained_gathers_dtensors`). Lightning: 2.1.0 made the Trainer's
     FSDPStrategy gather a full state dict (`lightning_module_state_dict`, #16558; read in 1.9.5, 2.0.0 and
     2.1.0); an unknown Lightning version is not reported.
 
-    FSDP1 `state_dict()`, measured with `python bench/fsdp402_cpu_check.py` (torch 2.13.0, CPU, 2 gloo ranks,
+    FSDP1 `state_dict()`, measured with `python bench/facts/fsdp402_cpu_check.py` (torch 2.13.0, CPU, 2 gloo ranks,
     one training step; accelerate 1.15 `extract_model_from_parallel` unwraps FSDP with `model.module`): with no
     auto-wrap policy, `model.module.state_dict()` holds only `_flat_param` (use_orig_params=False) or each
     weight as a 1-D slice or an empty tensor (use_orig_params=True: 2 and 3 of 11 keys intact on ranks 0 and 1,
@@ -86,6 +94,13 @@ class SaveFromShardedModel(Rule):
     - torchtitan docs/fsdp.md; AReaL#1000; axolotl#3772
     """
     references = ("pytorch#122903", "pytorch#143536", "accelerate#2000", "accelerate#4206")
+
+    facts = (
+        Fact("save_pretrained() of a peft model wrapped with FSDP1 (default FULL_STATE_DICT, no state_dict=) writes "
+             "no whole adapter weight", "torch 2.13.0, peft 0.21.2", MEASURED,
+             "2 gloo ranks: one unit, 8 tensors, 0 of 8 whole; one unit per block or per LoRA leaf (both "
+             "use_orig_params settings that wrap), 0 tensors", "python bench/facts/fsdp402_nested_save_check.py"),
+    )
 
     VALID = [
         """
@@ -121,14 +136,6 @@ class SaveFromShardedModel(Rule):
             """,
             options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"},
         ),
-        # FSDP1 with nested units and the default FULL_STATE_DICT: the nested units' parameters (a LoRA adapter
-        # in the blocks) are gathered by their own state-dict hooks. (The root unit's own parameters are not —
-        # measured, see Versions — which a full-model save would miss; this save is left to the adapter case.)
-        """
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        model = FSDP(model, auto_wrap_policy=policy)
-        model.save_pretrained("out", is_main_process=rank == 0)
-        """,
         # Saved before sharding.
         """
         import torch
@@ -138,7 +145,7 @@ class SaveFromShardedModel(Rule):
         """,
     ]
     VALID += [
-        # transformers 4.51-5.23 save_pretrained gathers each DTensor (full_tensor) while writing: called on
+        # transformers 4.52-5.0 save_pretrained gathers each DTensor (full_tensor) while writing: called on
         # every rank it writes the full weights.
         Valid(
             """
@@ -270,6 +277,44 @@ class SaveFromShardedModel(Rule):
         """,
     ]
     INVALID = [
+        # transformers 5.1-5.23 gather no DTensor in save_pretrained (read at 5.0.0 and 5.1.0): every rank writes
+        # its shards.
+        Invalid(
+            """
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            train(model)
+            model.save_pretrained("out")
+            """,
+            target={"transformers": "5.9.0"},
+            line=6,
+        ),
+        # FSDP1 with nested units and the default FULL_STATE_DICT: measured on CPU (torch 2.13, peft 0.21.2,
+        # bench/facts/fsdp402_nested_save_check.py), the adapter written holds 0 tensors, with one unit per
+        # block and with peft's fsdp_auto_wrap_policy layout alike.
+        Invalid(
+            """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, auto_wrap_policy=policy)
+            model.save_pretrained("out", is_main_process=rank == 0)
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import functools
+            from peft.utils.other import fsdp_auto_wrap_policy
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def train(model, cfg):
+                model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model), use_orig_params=True)
+                step(model)
+                model.save_pretrained(cfg.out)
+            """,
+            line=8,
+        ),
         # accelerate's FSDP1 with no auto-wrap policy: the unwrapped model is the root unit's inner module,
         # whose parameters are this rank's flat shard.
         Invalid(
@@ -478,9 +523,14 @@ class SaveFromShardedModel(Rule):
             return "save_pretrained() on an FSDP2 model"
         if state == "fsdp1":
             wraps = [w for w in t.before(ev, ("wrap1",)) if w.ref is not None and not w.ref.child]
-            nested = any(w.call is None or a.keyword(w.call, "auto_wrap_policy") is not None or w.call.star_kwargs()
-                         for w in wraps)
-            return None if nested or not wraps else "save_pretrained() on an FSDP1 model wrapped as one unit"
+            if not wraps or any(w.call is None or w.call.star_kwargs() for w in wraps):
+                return None  # how it is wrapped is not written here
+            if any(a.keyword(w.call, "auto_wrap_policy") is not None for w in wraps):
+                # Measured (bench/facts/fsdp402_nested_save_check.py, torch 2.13, peft 0.21.2): with one unit
+                # per block or per LoRA leaf the adapter file holds 0 tensors.
+                return ("save_pretrained() on an FSDP1 model wrapped in nested units (measured: the adapter file "
+                        "it writes holds 0 tensors)")
+            return "save_pretrained() on an FSDP1 model wrapped as one unit"
         trainers = _trainer_model(ev)
         if state is None and (trainers or t.before(ev, ("prepare",))):
             # `kwargs["model"]` in a TrainerCallback event is the Trainer's (sharded) model
@@ -497,7 +547,7 @@ class SaveFromShardedModel(Rule):
 
 
 def _check_fsdp1_state_dict(ctx, a, t, ev, launch) -> None:
-    """`.state_dict()` of an FSDP1 model outside a `state_dict_type` context (measured: bench/fsdp402_cpu_check.py).
+    """`.state_dict()` of an FSDP1 model outside a `state_dict_type` context (measured: bench/facts/fsdp402_cpu_check.py).
 
     Of the unwrapped model (`accelerator.unwrap_model(m)`, `m.module`): the root unit's own parameters are
     flat-parameter shards (`_flat_param`, or 1-D/empty views with use_orig_params=True) — none of the weights

@@ -1,9 +1,11 @@
 import libcst as cst
 
+from fsdplint.facts import MEASURED, Fact
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, safe
 from fsdplint.resolve import dotted
-from fsdplint.rule import Invalid, Rule
+from fsdplint import behaviour
+from fsdplint.rule import Invalid, Rule, Valid
 
 
 class WrongClipGradNorm(Rule):
@@ -12,7 +14,7 @@ class WrongClipGradNorm(Rule):
     severity = Severity.ERROR
     summary = (
         "`torch.nn.utils.clip_grad_norm_` on an FSDP1 model (per-rank norms); FSDP2 norm logged without "
-        "`.full_tensor()`."
+        "`.full_tensor()` on a torch not measured to return it whole (warning)."
     )
     sides = "S"
     fix = Applicability.SAFE
@@ -26,8 +28,16 @@ class WrongClipGradNorm(Rule):
     Under FSDP1 each rank holds only a shard of every gradient, so the torch function computes a
     different, partial norm on each rank and scales each shard by a different factor: the clipped update
     is wrong and ranks drift apart. `FullyShardedDataParallel.clip_grad_norm_` all-reduces the norm first.
-    Under FSDP2 `clip_grad_norm_` clips correctly (the norm is a DTensor), but `.item()` on that DTensor
-    returns this rank's partial norm, so the logged norm is too small (by about √N).
+    Measured on CPU with 2 gloo ranks (`python bench/facts/fsdp501_cpu_check.py`, torch 2.13.0):
+    `torch.nn.utils.clip_grad_norm_` over an FSDP1 module's parameters returned 9.885 on rank 0 and
+    20.238 on rank 1 where the unsharded norm is 22.523; `FullyShardedDataParallel.clip_grad_norm_`
+    returned 22.523 on both.
+
+    Under FSDP2 `clip_grad_norm_` clips correctly (the norm is a DTensor). On torch 2.13 the returned
+    norm is a `Replicate` DTensor and `.item()` is the global norm on every rank (measured, equal to the
+    unsharded copy's). On older releases the norm may still be a partial DTensor, whose `.item()` is this
+    rank's part; that was not measured or bisected, so the FSDP2 finding is a warning, and is not
+    reported for torch >= 2.13.
 
     ## Example
     ```python
@@ -48,12 +58,26 @@ class WrongClipGradNorm(Rule):
     parameters with the global norm and returns it. No fix for FSDP2 (a logging change).
 
     ## Versions
-    All versions.
+    FSDP1: all versions (measured on torch 2.13.0). FSDP2 `.item()`: a warning below torch 2.13.0 or on
+    an unknown torch (behaviour `fsdp2_clip_norm_replicated`, unverified below 2.13.0); silent from 2.13.0.
 
     ## References
     - pytorch#90028, #126457, #170862; torchtune#2169; torchtitan docs; miles_diffusion#35
     """
     references = ("pytorch#90028", "pytorch#126457", "torchtune#2169")
+
+    facts = (
+        Fact("torch.nn.utils.clip_grad_norm_ over an FSDP1 module's parameters returns a different, partial norm "
+             "on each rank; FullyShardedDataParallel.clip_grad_norm_ returns the global one",
+             "torch 2.13.0", MEASURED,
+             "2 gloo ranks: 9.885 (rank 0) and 20.238 (rank 1) against an unsharded 22.523; the method: 22.523",
+             "python bench/facts/fsdp501_cpu_check.py"),
+        Fact("FSDP2: the norm clip_grad_norm_ returns is a Replicate DTensor whose .item() is the global norm",
+             "torch 2.13.0 (older releases not run: a warning there)", MEASURED,
+             "DTensor placements ['R'], .item() equal to the unsharded norm on both ranks; get_total_norm(foreach=True) "
+             "alike",
+             "python bench/facts/fsdp501_cpu_check.py"),
+    )
 
     VALID = [
         """
@@ -71,6 +95,19 @@ class WrongClipGradNorm(Rule):
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         print(norm.full_tensor().item())
         """,
+        # FSDP2 on torch 2.13: the returned norm is Replicate, .item() is the global norm (measured).
+        Valid(
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            print(norm.item())
+            """,
+            target={"torch": "2.13.0"},
+        ),
         # Clipping before wrapping (e.g. a single-GPU debug path) is not under FSDP.
         """
         import torch
@@ -164,6 +201,8 @@ class WrongClipGradNorm(Rule):
             print(norm.item())
             """,
             line=7,
+            target={"torch": "2.6"},
+            severity="warning",
         ),
         Invalid(
             """
@@ -201,12 +240,18 @@ class WrongClipGradNorm(Rule):
                         fix=_fsdp1_fix(ctx, ev.call),
                     )
                 elif state == "fsdp2":
+                    torch_v = ctx.version("torch")
+                    if behaviour.holds("fsdp2_clip_norm_replicated", torch_v):
+                        continue  # measured: a Replicate norm, .item() is the global norm
                     for item in _item_reads(a, ev.call):
                         ctx.report(
                             item.node,
-                            "The norm returned by clip_grad_norm_ on an FSDP2 model is a DTensor holding partial "
-                            "norms: .item() returns this rank's part, so the logged norm is too small. Use "
-                            "norm.full_tensor().item().",
+                            "The norm returned by clip_grad_norm_ on an FSDP2 model is a DTensor: on torch 2.13 it "
+                            "is Replicate and .item() is the global norm (measured), but on "
+                            f"{torch_v.describe()} it may hold partial norms, and .item() would return this "
+                            "rank's part. Use norm.full_tensor().item(), which is whole on every release, or "
+                            "declare torch >= 2.13.",
+                            severity=Severity.WARNING,
                         )
 
 

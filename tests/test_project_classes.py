@@ -183,10 +183,13 @@ def test_a_norm_returned_by_a_helper_is_the_norm_the_caller_logs(project, reduce
         "always": "if isinstance(norm, DTensor):\n            norm = norm.full_tensor()",
     }[reduce]
     write(project, {"tools/__init__.py": "", "tools/grads.py": CLIP_HELPER.format(reduce=code), "train.py": CLIP_TRAIN})
-    found = lint(project, "train.py")
+    # torch 2.13 returns a Replicate norm (measured, bench/facts/fsdp501_cpu_check.py): an older torch,
+    # where a partial norm is possible, is what the finding (a warning) is about.
+    found = lint(project, "--target-version", "torch=2.6", "train.py")
     hits = [f for f in found if f["code"] == "FSDP501"]
     if reduce == "only-with-group":
-        assert hits and hits[0]["location"]["row"] == 14, found
+        assert hits and hits[0]["location"]["row"] == 14 and hits[0]["severity"] == "warning", found
+        assert not [f for f in lint(project, "--target-version", "torch=2.13", "train.py") if f["code"] == "FSDP501"]
     else:
         assert not hits, found
 

@@ -96,7 +96,7 @@ def test_8bit_lora_under_fsdp1_and_its_4bit_twin():
 
 @pytest.mark.parametrize("version,expected", [
     (None, [("FSDP201", "warning", 5)]),
-    ("0.11.0", [("FSDP201", "error", 5)]),  # before axolotl's FSDP2 Params4bit patch
+    ("0.11.0", [("FSDP201", "warning", 5)]),  # before axolotl's FSDP2 Params4bit patch: a warning (not measured to fail)
     ("0.12.0", []),
 ])
 def test_qlora_under_fsdp2_by_axolotl_version(version, expected):

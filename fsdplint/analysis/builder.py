@@ -506,7 +506,7 @@ class Builder(Classes, Linking):
             if v is False and a.loops:
                 r = self._loop_model(step, a.loops[-1].iter)
                 if r is not None:
-                    t.events.append(Event("freeze", step, r, {"partial": bool(a.guards)}, t))
+                    t.events.append(Event("freeze", step, r, {"partial": _freezes_part(r, a.loops[-1])}, t))
             return
         if a.target.endswith("use_cache"):
             root = self._target_key(step, a.target.split(".config.")[0]) if ".config." in a.target else None
@@ -818,3 +818,39 @@ def _flag_dead(guard, flags: dict) -> bool:
         return False
     v = _flag_value(test, flags)
     return v is not None and v is (guard.branch == "orelse")
+
+
+def _freezes_part(r: Ref, loop) -> bool:
+    """Whether `for ... in X.parameters(): p.requires_grad = False` freezes a part of the model, by what it
+    iterates and what its tests read, not by whether the assignment sits under an `if`: X is a submodule
+    (`model.model.embed_tokens`), or an `if` in the loop reads the loop variable (`if "lora_" not in name`,
+    also as `if ...: continue` before the assignment). An `if` on anything else (`if cfg.freeze_base:`)
+    decides whether the whole loop runs: a full freeze, when it runs."""
+    if r.child:
+        return True
+    names = {n.strip() for n in loop.target.replace("(", "").replace(")", "").split(",")} - {"_", ""}
+    found = False
+
+    class _Tests(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            nonlocal found
+            found = found or _reads(node.test, names)
+
+        def visit_IfExp(self, node: cst.IfExp) -> None:
+            nonlocal found
+            found = found or _reads(node.test, names)
+
+    loop.node.body.visit(_Tests())
+    return found
+
+
+def _reads(expr: cst.CSTNode, names: set) -> bool:
+    hit = False
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            nonlocal hit
+            hit = hit or node.value in names
+
+    expr.visit(_Names())
+    return hit

@@ -1,8 +1,8 @@
 """Which peft adapter toggles survive FSDP1, measured on CPU (2 gloo ranks): the evidence behind FSDP114.
 
-    python bench/fsdp114_cpu_check.py                       # every scenario, every layout
-    python bench/fsdp114_cpu_check.py fwd:after-pass --layouts block --lora-in-root no
-    PYTHONPATH=/path/to/peft-0.15.2 python bench/fsdp114_cpu_check.py   # another peft release
+    python bench/facts/fsdp114_cpu_check.py                       # every scenario, every layout
+    python bench/facts/fsdp114_cpu_check.py fwd:after-pass --layouts block --lora-in-root no
+    PYTHONPATH=/path/to/peft-0.15.2 python bench/facts/fsdp114_cpu_check.py   # another peft release
 
 A tiny model (an embedding, two blocks of two Linear layers, an optional LoRA target in the root, a head)
 gets LoRA on `q`/`v` and is wrapped with FSDP1 (FULL_SHARD) under three layouts: one unit (no policy), one

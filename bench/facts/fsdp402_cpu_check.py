@@ -1,7 +1,7 @@
 """What `model.module.state_dict()` of an FSDP1 model holds, measured on CPU (2 gloo ranks): the evidence
 behind FSDP402's FSDP1 findings.
 
-    python bench/fsdp402_cpu_check.py
+    python bench/facts/fsdp402_cpu_check.py
 
 accelerate's `unwrap_model` (`extract_model_from_parallel`) strips FSDP wrappers with `model = model.module`,
 so `accelerator.unwrap_model(model).state_dict()` is the state_dict of the root's inner module. A tiny model

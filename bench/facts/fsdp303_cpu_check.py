@@ -1,7 +1,7 @@
 """Which FSDP plans peft `target_parameters` (ParamWrapper) LoRA survives, measured on CPU (gloo).
 
-    python bench/fsdp303_cpu_check.py               # every plan, world size 1 (one process each)
-    python -m torch.distributed.run --nproc_per_node 2 bench/fsdp303_cpu_check.py --plan fsdp2-layer
+    python bench/facts/fsdp303_cpu_check.py               # every plan, world size 1 (one process each)
+    python -m torch.distributed.run --nproc_per_node 2 bench/facts/fsdp303_cpu_check.py --plan fsdp2-layer
 
 A small Mixtral (transformers 5 fuses its experts into 3-D parameters) gets LoRA on w1/w2/w3, which
 peft turns into `target_parameters`. One forward/backward under each plan is compared with the same
