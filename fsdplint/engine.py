@@ -570,6 +570,7 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
     is then parsed whole once, ahead of its own turn, and its own lint reuses that parse (see
     `analysis/index.py`); linted first, its parse would be gone from the bounded tables by the time a far
     caller reaches it, and the part that caller needs parsed again."""
+    findings_cache.new_run()
     if not settings.project or len(files) < 2:
         return [lint_file(f, settings) for f in files]
     from fsdplint.analysis.index import expect

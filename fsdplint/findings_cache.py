@@ -196,6 +196,12 @@ class _Validity:
 _validity = _Validity()
 
 
+def new_run() -> None:
+    """What was found of the dependencies holds for one run: a long-lived process checks them again."""
+    global _validity
+    _validity = _Validity()
+
+
 class FileCache:
     """The cache entry of one file under one set of settings."""
 
