@@ -301,8 +301,6 @@ class FileCache:
 
     def _modules(self, recorded: set) -> list:
         """Each project module the findings may depend on, with its stamp and content hash."""
-        from fsdplint.analysis.index import quick_imports
-
         proj = self.project
         own = self.path.resolve()
         todo = [own, *recorded]
@@ -314,36 +312,56 @@ class FileCache:
                 continue
             seen.add(p)
             text = proj.text(p)
+            hit = _edges.get(p)
+            if hit is None or hit[0] is not text:
+                hit = _edges[p] = (text, _digest(text), _imported(proj, p, text))
             if p != own:
-                stamp = _stamp(str(p))
-                digest = _text_hash(text.encode("utf-8", "surrogatepass")) if text is not None else None
-                out.append([str(p), stamp, digest])
-            if not text or "import" not in text:
-                continue
-            imports = quick_imports(text)
-            hit = proj._by_path.get(p)
-            if hit is not None:
-                imports = imports + list(hit[1].get("imports", ()))
-            for local, module, attr, level in imports:
-                try:
-                    found = proj.find_module(p, module, level)
-                    if found is not None and attr is not None and found.name == "__init__.py":
-                        sub = proj._module_file(found.parent, [attr])
-                        if sub is not None:
-                            todo.append(sub)
-                    elif found is None and attr is not None:
-                        ns = proj._namespace_dir(p, module, level)
-                        sub = proj._module_file(ns, [attr]) if ns is not None else None
-                        if sub is not None:
-                            todo.append(sub)
-                except (OSError, ValueError, RecursionError):
-                    continue
-                if found is not None:
-                    todo.append(found)
+                out.append([str(p), _validity.stamp(str(p)), hit[1]])
+            todo.extend(hit[2])
         return sorted(out)
 
 
+# Per module, while its text is the same object (the index hands out one per unchanged file): its content
+# hash and the project modules its import lines name (every importer's closure walks them again).
+_edges: dict = {}
+
+
+def _digest(text: Optional[str]) -> Optional[str]:
+    return _text_hash(text.encode("utf-8", "surrogatepass")) if text is not None else None
+
+
+def _imported(proj, p: Path, text: Optional[str]) -> list:
+    from fsdplint.analysis.index import quick_imports
+
+    if not text or "import" not in text:
+        return []
+    imports = quick_imports(text)
+    sheet = proj._by_path.get(p)
+    if sheet is not None:
+        imports = imports + list(sheet[1].get("imports", ()))
+    out = []
+    for local, module, attr, level in imports:
+        try:
+            found = proj.find_module(p, module, level)
+            if found is not None and attr is not None and found.name == "__init__.py":
+                sub = proj._module_file(found.parent, [attr])  # `from pkg import module`
+                if sub is not None:
+                    out.append(sub)
+            elif found is None and attr is not None:
+                ns = proj._namespace_dir(p, module, level)
+                sub = proj._module_file(ns, [attr]) if ns is not None else None
+                if sub is not None:
+                    out.append(sub)
+        except (OSError, ValueError, RecursionError):
+            continue
+        if found is not None:
+            out.append(found)
+    return out
+
+
 _written_context: dict = {}
+_context_items: list = []
+_context_done = [0]
 
 
 def _write_context(directory: Path) -> tuple:
@@ -351,11 +369,12 @@ def _write_context(directory: Path) -> tuple:
     n = len(_context)
     if n in _written_context:
         return _written_context[n]
-    items = []
-    for kind, p in _context:
+    items = _context_items
+    for kind, p in _context[_context_done[0]:]:  # only what was read since the last snapshot
         if kind == "f" and p.endswith(".py") and any(p.startswith(d) for d in _module_roots):
             continue  # read before its project was known (the run's lint order): a module, not context
         items.append([kind, p, _validity.stamp(p) if kind == "f" else _validity.listing(p)])
+    _context_done[0] = n
     text = json.dumps(items, separators=(",", ":"))
     name = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     path = directory / "context" / name[:2] / f"{name}.json"
