@@ -14,6 +14,9 @@ import sys
 
 def main() -> None:
     gc.set_threshold(100_000, 50, 100)
+    from fsdplint import findings_cache
+
+    findings_cache.install()  # every configuration read counts as a dependency of the cached findings
     from fsdplint.cli import main as cli
 
     try:

@@ -17,6 +17,7 @@ import libcst as cst
 
 from fsdplint.apis import TRIGGER_WORDS
 from fsdplint.context import LintContext
+from fsdplint import findings_cache
 from fsdplint.findings import Applicability, Finding, Position, Severity
 from fsdplint.fixes import apply_edits, to_fix
 from fsdplint.noqa import NoqaMap
@@ -25,6 +26,8 @@ from fsdplint.relocate import CAUSE, OWN_MESSAGE, relocate
 from fsdplint.runs import branch_notes
 from fsdplint.source import SourceError, SourceFile, decode
 from fsdplint.notebook import Notebook, is_notebook, read_notebook
+
+findings_cache.install()  # before any configuration is read (several reads are memoised per process)
 
 SYNTAX_ERROR = "FSDP900"
 INTERNAL_ERROR = "FSDP901"
@@ -598,6 +601,7 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
     is then parsed whole once, ahead of its own turn, and its own lint reuses that parse (see
     `analysis/index.py`); linted first, its parse would be gone from the bounded tables by the time a far
     caller reaches it, and the part that caller needs parsed again."""
+    findings_cache.new_run()
     if not settings.project or len(files) < 2:
         return relocate([lint_file(f, settings) for f in files])
     from fsdplint.analysis.index import expect
@@ -666,12 +670,50 @@ def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> 
     """Lint (and with `settings.fix`, fix in memory) one file. `text` is given for stdin."""
     _tune_gc()
     try:
-        return _with_deep_stack(_lint_file, filename, settings, text)
+        cache = _findings_cache(filename, settings) if text is None else None
+        if cache is None:
+            return _with_deep_stack(_lint_file, filename, settings, text)
+        return _cached_lint(cache, filename, settings)
     finally:
         if text is None and settings.project:
             from fsdplint.analysis.index import linted
 
             linted(Path(filename))
+
+
+def _findings_cache(filename: str, settings: Settings):
+    from fsdplint import findings_cache
+
+    if not settings.use_cache or settings.fix or not settings.project:
+        return None
+    return findings_cache.for_file(filename, settings, _project(settings, Path(filename)))
+
+
+def _cached_lint(cache, filename: str, settings: Settings) -> FileResult:
+    """The file's findings from the cache when nothing they depend on changed, else linted and stored."""
+    from fsdplint import findings_cache
+
+    data = cache.read()
+    findings = cache.lookup()
+    if findings is not None and data is not None:
+        try:
+            src = decode(data)
+        except SourceError:
+            src = None
+        if src is not None:
+            findings_cache.STATS["hits"] += 1
+            return FileResult(filename, findings, source=src)
+    findings_cache.STATS["misses"] += 1
+    cache.record()
+    try:
+        res = _with_deep_stack(_lint_file, filename, settings, None)
+    except BaseException:
+        from fsdplint.analysis import reads
+
+        reads.stop()
+        raise
+    cache.store(res.findings)
+    return res
 
 
 def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:

@@ -25,6 +25,7 @@ from typing import Optional
 
 import libcst as cst
 
+from fsdplint.analysis import reads
 from fsdplint.apis import QUALIFIED, SUMMARY_CALLS, SUMMARY_WORDS, TRIGGER_WORDS, api_of
 from fsdplint.findings import Related
 from fsdplint.roots import ROOT_MARKERS, find_root, linted_root  # noqa: F401  (re-exported)
@@ -237,6 +238,7 @@ class Project:
     # -- files -------------------------------------------------------------------------
     def text(self, path: Path) -> Optional[str]:
         """The file's text, re-read when its size or modification time changed (a long-lived process)."""
+        reads.note(path)  # a dependency of the linted file's findings (see findings_cache.py)
         hit = self._texts.get(path)
         if hit is not None and hit[2] == self.generation:
             return hit[1]
