@@ -139,6 +139,8 @@ class WrongClipGradNorm(Rule):
             print(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item())
             """,
             line=4,
+            target={"torch": "2.6"},
+            severity="warning",
         ),
         # The norm half of clip_grad_norm_, over an FSDP1 model's local shards.
         Invalid(

@@ -158,7 +158,8 @@ class KnownBugAtVersion(Rule):
             fact = facts[adv.report_at]
             fixed = (f"Fixed in {adv.library} {adv.fixed}: " if adv.fixed else "No release fixes it yet: ")
             message = (
-                f"{adv.id}: {adv.summary} The job runs {tv.describe()}"
+                # The advisory's summary first: concise output keeps a message's first clause.
+                f"{adv.summary} (known bug {adv.id}) The job runs {tv.describe()}"
                 + (f" with {', '.join(others)}" if others else "")
                 + f", affected ({adv.describe_range()}); users see: {adv.error}. {fixed}{adv.fix}"
                 + (f" (A warning: {'; '.join(dict.fromkeys(likely))}.)" if likely else "")

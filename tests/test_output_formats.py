@@ -51,10 +51,11 @@ def render(findings, fmt, **kw):
 def test_concise_lines_sorted_with_summary():
     out = render(sample(), "concise").splitlines()
     assert out[:4] == [
-        "b.py:10:5: FSDP101 [error] LoRA injected after wrap",
-        "train.py:3:5: FSDP101 [error] LoRA injected after wrap",
-        "train.py:7:20: FSDP015 [*] [info] extra all-gather",
-        "train.py:9:1: FSDP007 [-] [warning] moved after wrap",
+        # One line each: the message's first clause, then the fix's title when the finding has a fix.
+        "b.py:10:5: FSDP101 [error] LoRA injected after wrap.",
+        "train.py:3:5: FSDP101 [error] LoRA injected after wrap.",
+        "train.py:7:20: FSDP015 [*] [info] extra all-gather. Drop `reshard_after_forward=True`.",
+        "train.py:9:1: FSDP007 [-] [warning] moved after wrap. Move `.to()` before wrapping.",
     ]
     assert out[4] == "2 errors, 1 warning, 1 info in 2 files; 1 fixable with --fix, 1 more fixable with --unsafe-fixes"
     assert len(out) == 5
