@@ -46,7 +46,8 @@ class KnownBugAtVersion(Rule):
     (`optim="adamw_8bit"`, `"paged_adamw_8bit"`, `bnb.optim.AdamW8bit`) keep quantization state (`qmap`,
     `absmax`) whose shapes are not the parameters' shapes, so FSDP1's optimizer-state gathering at the first
     checkpoint save fails before bitsandbytes 0.49.2; under FSDP2 their kernels receive DTensors, and with
-    CPU offload the step runs on CPU parameters.
+    CPU offload the step runs on the CPU-resident shards, where bitsandbytes before 0.50.0 has no 8-bit or
+    paged kernels (`All input tensors need to be on the same GPU` at the first `optimizer.step`).
 
     ## Why is this bad?
     The job crashes (or trains wrongly) in a way the user's code did not cause: a library release carries
