@@ -398,15 +398,20 @@ class QloraQuantStorageMismatch(Rule):
             if load is not None and dtype is None:
                 dtype = a.keyword(load, "torch_dtype")
             dtype_name = _dtype(a, dtype, load) if dtype is not None and dtype is not UNKNOWN else None
+            given = storage is not None
+            if given and a.value(storage, bnb.scope) is None:
+                storage = None  # `storage = None` (on every path the known values leave): the uint8 default
             if storage is None:
                 msg = ("This 4-bit config under FSDP1 keeps the default uint8 bnb_4bit_quant_storage: FSDP1 cannot "
                        "flatten integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). "
                        "Set bnb_4bit_quant_storage to the dtype the model is loaded with")
                 msg += f" ({dtype_name})." if dtype_name else " and pass that dtype to from_pretrained(dtype=...)."
-                fix = _fix(ctx, a, bnb, dtype, load, dtype_name, replace=False)
+                fix = _fix(ctx, a, bnb, dtype, load, dtype_name, replace=given)
                 ctx.report(bnb.node, msg, fix=fix)
                 continue
             storage_name = _dtype(a, storage, bnb)
+            if storage_name is None and self._check_paths(ctx, a, bnb, storage, dtype_name):
+                continue
             if storage_name in _INTEGER_DTYPES:
                 # An integer storage fails whatever the load dtype (given as a value, or a parsed
                 # argument's value such as a dataclass default of "uint8").
@@ -432,6 +437,35 @@ class QloraQuantStorageMismatch(Rule):
                     f"Must flatten tensors with uniform dtype). Set bnb_4bit_quant_storage={dtype_name}.",
                     fix=_fix(ctx, a, bnb, dtype, load, dtype_name, replace=True),
                 )
+
+    def _check_paths(self, ctx, a, bnb, storage, dtype_name) -> bool:
+        """A storage that is the uint8 default (None) or an integer dtype on some paths only (`storage = None`,
+        then `storage = torch.bfloat16` under an `if` the known values do not decide): a warning naming the
+        condition that decides it. (When the launch decides it, the value is single and is an error above.)"""
+        conds = a.value_conditions(storage, bnb.scope, _integer_storage)
+        if not conds:
+            return False
+        if any(a.env is not None and a._mentions_env(t, bnb.scope) and (
+                a.switches(t, bnb.scope) or not a.opened_by_switch(t, bnb.scope, holds)) for t, holds in conds):
+            # An opt-in flag: the run with it at its default and the run with it passed each decide the path
+            # (an error there); a parsed argument the launch leaves unknown does not make the path reachable.
+            return False
+        bad = [v for v in a.values(storage, bnb.scope) if _integer_storage(v)]
+        if not bad:
+            return False
+        when = " and ".join(" ".join(a.code(t).split()) if holds else f"not ({' '.join(a.code(t).split())})"
+                            for t, holds in conds)
+        what = "the default uint8" if bad[0] is None else _dtype_text(bad[0])
+        ctx.report(
+            bnb.kwarg("bnb_4bit_quant_storage") or bnb.node,
+            f"bnb_4bit_quant_storage is {what} when {when} under FSDP1: FSDP1 cannot flatten integer tensors "
+            f"(ValueError: Must flatten tensors with uniform dtype ... torch.uint8), and nothing this file reads "
+            f"decides that condition: set the storage to the dtype the model is "
+            f"loaded with" + (f" ({dtype_name})" if dtype_name else "") + " on every path, or declare the launch "
+            "that decides it (--launch).",
+            severity=Severity.WARNING,
+        )
+        return True
 
     def _check_legacy(self, ctx, a, loads) -> None:
         """`from_pretrained(..., load_in_4bit=True)` without quantization_config: transformers 4 builds the
@@ -513,6 +547,19 @@ _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "b
 
 
 _INTEGER_DTYPES = frozenset({"uint8", "int8"})
+
+
+def _integer_storage(v) -> bool:
+    """A storage value FSDP1 cannot flatten: None (bitsandbytes' uint8 default) or an integer dtype."""
+    if v is None:
+        return True
+    if isinstance(v, QName) and v.name.startswith("torch."):
+        return _DTYPE_ALIASES.get(v.name[len("torch."):]) in _INTEGER_DTYPES
+    return isinstance(v, str) and _DTYPE_ALIASES.get(v) in _INTEGER_DTYPES
+
+
+def _dtype_text(v) -> str:
+    return v.name if isinstance(v, QName) else repr(v)
 
 
 def _argument_origin(a, expr) -> str:
