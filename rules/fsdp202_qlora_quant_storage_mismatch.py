@@ -388,10 +388,12 @@ class QloraQuantStorageMismatch(Rule):
         for bnb in a.calls("BitsAndBytesConfig"):
             if not a.fsdp1_at(bnb):
                 continue
-            if _resolved(a, bnb, "load_in_4bit") is not True:
-                continue
+            four = _resolved(a, bnb, "load_in_4bit")
             storage = a.keyword(bnb, "bnb_4bit_quant_storage")
-            if storage is UNKNOWN:
+            if four is UNKNOWN or storage is UNKNOWN:
+                self._check_dict_paths(ctx, a, bnb, loads)
+                continue
+            if four is not True:
                 continue
             load = _load_using(a, bnb, loads)
             dtype = a.keyword(load, "dtype") if load is not None else None
@@ -443,19 +445,48 @@ class QloraQuantStorageMismatch(Rule):
         then `storage = torch.bfloat16` under an `if` the known values do not decide): a warning naming the
         condition that decides it. (When the launch decides it, the value is single and is an error above.)"""
         conds = a.value_conditions(storage, bnb.scope, _integer_storage)
-        if not conds:
-            return False
-        if any(a.env is not None and a._mentions_env(t, bnb.scope) and (
-                a.switches(t, bnb.scope) or not a.opened_by_switch(t, bnb.scope, holds)) for t, holds in conds):
-            # An opt-in flag: the run with it at its default and the run with it passed each decide the path
-            # (an error there); a parsed argument the launch leaves unknown does not make the path reachable.
-            return False
+        when = _undecided_when(a, conds, bnb.scope)
         bad = [v for v in a.values(storage, bnb.scope) if _integer_storage(v)]
-        if not bad:
+        if when is None or not bad:
             return False
-        when = " and ".join(" ".join(a.code(t).split()) if holds else f"not ({' '.join(a.code(t).split())})"
-                            for t, holds in conds)
-        what = "the default uint8" if bad[0] is None else _dtype_text(bad[0])
+        self._report_path(ctx, bnb, "the default uint8" if bad[0] is None else _dtype_text(bad[0]), when, dtype_name)
+        return True
+
+    def _check_dict_paths(self, ctx, a, bnb, loads) -> None:
+        """`BitsAndBytesConfig(**d)` with `d` filled in exclusive branches, or given the storage by a write the
+        known values do not decide: each path's keywords, a warning for a 4-bit path without a float storage."""
+        paths = a.keyword_paths(bnb)
+        if not paths:
+            return
+        bad = []
+        for entries, conds in paths:
+            if a.value(entries.get("load_in_4bit"), bnb.scope) is not True:
+                continue
+            st = entries.get("bnb_4bit_quant_storage")
+            v = a.value(st, bnb.scope) if st is not None else None
+            if _integer_storage(v):
+                bad.append((v, conds))
+        if not bad:
+            return
+        load = _load_using(a, bnb, loads)
+        dtype = None if load is None else (a.keyword(load, "dtype") or a.keyword(load, "torch_dtype"))
+        dtype_name = _dtype(a, dtype, load) if dtype is not None and dtype is not UNKNOWN else None
+        if len(bad) == len(paths):
+            self._report_path(ctx, bnb, "the default uint8" if bad[0][0] is None else _dtype_text(bad[0][0]),
+                              None, dtype_name)
+            return
+        v, conds = bad[0]
+        when = _undecided_when(a, conds, bnb.scope)
+        if when is not None:
+            self._report_path(ctx, bnb, "the default uint8" if v is None else _dtype_text(v), when, dtype_name)
+
+    def _report_path(self, ctx, bnb, what, when, dtype_name) -> None:
+        if when is None:  # every path
+            ctx.report(bnb.node, f"bnb_4bit_quant_storage is {what} on every path that builds this 4-bit config under "
+                                 f"FSDP1: FSDP1 cannot flatten integer tensors (ValueError: Must flatten tensors with "
+                                 f"uniform dtype ... torch.uint8). Set it to the dtype the model is loaded with"
+                                 + (f" ({dtype_name})." if dtype_name else "."))
+            return
         ctx.report(
             bnb.kwarg("bnb_4bit_quant_storage") or bnb.node,
             f"bnb_4bit_quant_storage is {what} when {when} under FSDP1: FSDP1 cannot flatten integer tensors "
@@ -465,7 +496,6 @@ class QloraQuantStorageMismatch(Rule):
             "that decides it (--launch).",
             severity=Severity.WARNING,
         )
-        return True
 
     def _check_legacy(self, ctx, a, loads) -> None:
         """`from_pretrained(..., load_in_4bit=True)` without quantization_config: transformers 4 builds the
@@ -547,6 +577,19 @@ _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "b
 
 
 _INTEGER_DTYPES = frozenset({"uint8", "int8"})
+
+
+def _undecided_when(a, conds, scope):
+    """The condition text of a path that nothing the file reads decides, or None (no such path, or one an
+    opt-in flag or the launch decides: the runs with the flag at its default and passed each decide it)."""
+    if not conds:
+        return None
+    for t, holds in conds:
+        if a.env is not None and a._mentions_env(t, scope) and (
+                a.switches(t, scope) or not a.opened_by_switch(t, scope, holds)):
+            return None
+    return " and ".join(" ".join(a.code(t).split()) if holds else f"not ({' '.join(a.code(t).split())})"
+                        for t, holds in conds)
 
 
 def _integer_storage(v) -> bool:

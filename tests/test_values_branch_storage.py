@@ -107,3 +107,82 @@ def test_the_launch_deciding_the_integer_path_is_an_error(tmp_path):
 
 def test_the_launch_deciding_the_float_path_gives_nothing(tmp_path):
     assert findings(tmp_path, PARSED, launch="--bf16") == []
+
+
+# `BitsAndBytesConfig(**d)` with the dict filled in exclusive branches, or given its storage by a write under
+# an `if` nothing decides: each path's keywords are read.
+DICT_UNDECIDED = {
+    "exclusive-branches": """
+        def build(cfg):
+            if cfg.float_storage:
+                qkw = dict(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            else:
+                qkw = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+            bnb = BitsAndBytesConfig(**qkw)
+            return FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16))
+        """,
+    "write-replaces-float": """
+        def build(cfg):
+            qkw = dict(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            if cfg.pack_uint8:
+                qkw["bnb_4bit_quant_storage"] = torch.uint8
+            model = AutoModelForCausalLM.from_pretrained(
+                "m", quantization_config=BitsAndBytesConfig(**qkw), torch_dtype=torch.bfloat16)
+            return FSDP(model)
+        """,
+    "update-replaces-float": """
+        qkw = {"load_in_4bit": True, "bnb_4bit_quant_storage": torch.bfloat16}
+        if not torch.cuda.is_bf16_supported():
+            qkw.update(bnb_4bit_quant_storage="uint8")
+        bnb = BitsAndBytesConfig(**qkw)
+        model = FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16))
+        """,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(DICT_UNDECIDED))
+def test_dict_storage_integer_on_one_path_is_a_warning_naming_the_condition(tmp_path, shape):
+    got = findings(tmp_path, DICT_UNDECIDED[shape])
+    assert [(c, s) for c, s, _ in got] == [("FSDP202", "warning")], got
+    assert " when " in got[0][2], got
+
+
+def test_dict_branches_both_float_give_nothing(tmp_path):
+    got = findings(tmp_path, """
+        def build(cfg):
+            if cfg.fp16:
+                qkw = dict(load_in_4bit=True, bnb_4bit_quant_storage=torch.float16)
+                dtype = torch.float16
+            else:
+                qkw = dict(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+                dtype = torch.bfloat16
+            bnb = BitsAndBytesConfig(**qkw)
+            return FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=dtype))
+        """)
+    assert got == []
+
+
+def test_dict_branches_both_without_storage_is_an_error(tmp_path):
+    got = findings(tmp_path, """
+        def build(cfg):
+            if cfg.double_quant:
+                qkw = dict(load_in_4bit=True, bnb_4bit_use_double_quant=True)
+            else:
+                qkw = dict(load_in_4bit=True)
+            bnb = BitsAndBytesConfig(**qkw)
+            return FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16))
+        """)
+    assert [(c, s) for c, s, _ in got] == [("FSDP202", "error")], got
+
+
+def test_dict_branch_that_is_not_4bit_gives_nothing(tmp_path):
+    got = findings(tmp_path, """
+        def build(cfg):
+            if cfg.eight_bit:
+                qkw = dict(load_in_8bit=True)
+            else:
+                qkw = dict(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            bnb = BitsAndBytesConfig(**qkw)
+            return FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16))
+        """)
+    assert [c for c, _, _ in got] == [], got
