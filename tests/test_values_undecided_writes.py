@@ -70,7 +70,7 @@ def test_dispatch_on_one_undecided_path_is_a_warning_naming_it(tmp_path, shape):
 
 
 def test_a_path_chosen_by_the_launch_mode_gives_nothing(tmp_path):
-    # `if cfg.quantize:` dispatches only when FSDP is off: correlated with the launch, not reported.
+    # `if world_size == 1:` dispatches only when FSDP is off: correlated with the launch, not reported.
     got = fsdp009(tmp_path, """
         def build(world_size):
             kw = dict(torch_dtype=torch.bfloat16, device_map=None)
