@@ -29,7 +29,10 @@ class QloraQuantStorageMismatch(Rule):
     In scripts, finds `BitsAndBytesConfig(load_in_4bit=True)` under FSDP1 (`FullyShardedDataParallel`,
     or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, with an integer one (such as
     a parsed argument whose default is "uint8"), or with one that differs from the `dtype=`/`torch_dtype=`
-    the model is loaded with. mmengine-style configs count too: `dict(type=BitsAndBytesConfig, ...)` is the
+    the model is loaded with. A storage chosen by branch (`storage = None`, then `storage = torch.bfloat16`
+    under an `if`; a `**d` dict filled in exclusive branches or given the storage by an `if`) is read on each
+    path: a warning naming the condition when nothing the file reads decides it, an error when every path
+    (or the launch) gives the integer storage. mmengine-style configs count too: `dict(type=BitsAndBytesConfig, ...)` is the
     call the registry makes, and `FSDPStrategy` / `MMFullyShardedDataParallel` wrap with FSDP1. In axolotl and LLaMA-Factory configs, finds
     a 4-bit base under FSDP1 that the tool loads without a float storage: axolotl's `adapter: lora` with
     `load_in_4bit` (before v0.13.0; axolotl sets the storage only for `adapter: qlora`), LLaMA-Factory
@@ -203,6 +206,23 @@ class QloraQuantStorageMismatch(Rule):
         """,
     ]
     INVALID = [
+        # The uint8 default on one path only, under a condition nothing in the file decides: a warning naming it.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            def build(cfg):
+                storage = None
+                if cfg.bf16:
+                    storage = torch.bfloat16
+                bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=storage)
+                return FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16))
+            """,
+            line=9,
+            severity="warning",
+        ),
         # An integer storage cannot be flattened whatever the model is loaded as (here: not stated).
         Invalid(
             """
