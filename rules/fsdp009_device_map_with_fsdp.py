@@ -261,11 +261,17 @@ class DeviceMapWithFsdp(Rule):
                     continue
                 arg = call.kwarg("device_map")
                 expr = arg.value if arg is not None else a.keyword(call, "device_map")  # also `**model_kwargs`
-                if expr is None or expr is UNKNOWN:
+                if expr is UNKNOWN:
+                    # `kw["device_map"] = "auto"` under an `if` the known values do not decide: that path.
+                    when, value = _dispatching_dict_path(a, call)
+                    if when is None:
+                        continue
+                elif expr is None:
                     continue
-                value = a.value(expr, call.scope)
-                when = ""
-                if not _dispatches(value):
+                else:
+                    value = a.value(expr, call.scope)
+                    when = ""
+                if not when and not _dispatches(value):
                     # `device_map = None` / `if args.load_in_4bit: device_map = "auto"`: on that path.
                     when, value = _dispatching_path(a, expr, call.scope)
                     if when is None:
@@ -308,6 +314,25 @@ def _dispatching_path(a, expr, scope):
     if not values:
         return None, None
     return "when " + " and ".join(parts), values[0]
+
+
+def _dispatching_dict_path(a, call):
+    """(the condition text, the dispatching value) when the call's `**kwargs` dict holds a dispatching
+    device_map on one path only (a write or branch the known values do not decide); else (None, None)."""
+    for entries, conds in a.keyword_paths(call) or ():
+        expr = entries.get("device_map")
+        value = a.value(expr, call.scope) if expr is not None else None
+        if not _dispatches(value):
+            continue
+        parts = []
+        for test, holds in conds:
+            text = " ".join(a.code(test).split())
+            if _LAUNCH_WORDS.search(text) or (a.env is not None and a._mentions_env(test)
+                                              and not a.opened_by_switch(test, call.scope, holds)):
+                return None, None
+            parts.append(text if holds else f"not ({text})")
+        return "when " + " and ".join(parts), value
+    return None, None
 
 
 def _dispatches(value) -> bool:

@@ -29,7 +29,10 @@ class QloraQuantStorageMismatch(Rule):
     In scripts, finds `BitsAndBytesConfig(load_in_4bit=True)` under FSDP1 (`FullyShardedDataParallel`,
     or an accelerate / Trainer FSDP1 launch) without `bnb_4bit_quant_storage`, with an integer one (such as
     a parsed argument whose default is "uint8"), or with one that differs from the `dtype=`/`torch_dtype=`
-    the model is loaded with. mmengine-style configs count too: `dict(type=BitsAndBytesConfig, ...)` is the
+    the model is loaded with. A storage chosen by branch (`storage = None`, then `storage = torch.bfloat16`
+    under an `if`; a `**d` dict filled in exclusive branches or given the storage by an `if`) is read on each
+    path: a warning naming the condition when nothing the file reads decides it, an error when every path
+    (or the launch) gives the integer storage. mmengine-style configs count too: `dict(type=BitsAndBytesConfig, ...)` is the
     call the registry makes, and `FSDPStrategy` / `MMFullyShardedDataParallel` wrap with FSDP1. In axolotl and LLaMA-Factory configs, finds
     a 4-bit base under FSDP1 that the tool loads without a float storage: axolotl's `adapter: lora` with
     `load_in_4bit` (before v0.13.0; axolotl sets the storage only for `adapter: qlora`), LLaMA-Factory
@@ -203,6 +206,23 @@ class QloraQuantStorageMismatch(Rule):
         """,
     ]
     INVALID = [
+        # The uint8 default on one path only, under a condition nothing in the file decides: a warning naming it.
+        Invalid(
+            """
+            import torch
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            def build(cfg):
+                storage = None
+                if cfg.bf16:
+                    storage = torch.bfloat16
+                bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=storage)
+                return FSDP(AutoModelForCausalLM.from_pretrained("m", quantization_config=bnb, torch_dtype=torch.bfloat16))
+            """,
+            line=9,
+            severity="warning",
+        ),
         # An integer storage cannot be flattened whatever the model is loaded as (here: not stated).
         Invalid(
             """
@@ -388,25 +408,32 @@ class QloraQuantStorageMismatch(Rule):
         for bnb in a.calls("BitsAndBytesConfig"):
             if not a.fsdp1_at(bnb):
                 continue
-            if _resolved(a, bnb, "load_in_4bit") is not True:
-                continue
+            four = _resolved(a, bnb, "load_in_4bit")
             storage = a.keyword(bnb, "bnb_4bit_quant_storage")
-            if storage is UNKNOWN:
+            if four is UNKNOWN or storage is UNKNOWN:
+                self._check_dict_paths(ctx, a, bnb, loads)
+                continue
+            if four is not True:
                 continue
             load = _load_using(a, bnb, loads)
             dtype = a.keyword(load, "dtype") if load is not None else None
             if load is not None and dtype is None:
                 dtype = a.keyword(load, "torch_dtype")
             dtype_name = _dtype(a, dtype, load) if dtype is not None and dtype is not UNKNOWN else None
+            given = storage is not None
+            if given and a.value(storage, bnb.scope) is None:
+                storage = None  # `storage = None` (on every path the known values leave): the uint8 default
             if storage is None:
                 msg = ("This 4-bit config under FSDP1 keeps the default uint8 bnb_4bit_quant_storage: FSDP1 cannot "
                        "flatten integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). "
                        "Set bnb_4bit_quant_storage to the dtype the model is loaded with")
                 msg += f" ({dtype_name})." if dtype_name else " and pass that dtype to from_pretrained(dtype=...)."
-                fix = _fix(ctx, a, bnb, dtype, load, dtype_name, replace=False)
+                fix = _fix(ctx, a, bnb, dtype, load, dtype_name, replace=given)
                 ctx.report(bnb.node, msg, fix=fix)
                 continue
             storage_name = _dtype(a, storage, bnb)
+            if storage_name is None and self._check_paths(ctx, a, bnb, storage, dtype_name):
+                continue
             if storage_name in _INTEGER_DTYPES:
                 # An integer storage fails whatever the load dtype (given as a value, or a parsed
                 # argument's value such as a dataclass default of "uint8").
@@ -432,6 +459,63 @@ class QloraQuantStorageMismatch(Rule):
                     f"Must flatten tensors with uniform dtype). Set bnb_4bit_quant_storage={dtype_name}.",
                     fix=_fix(ctx, a, bnb, dtype, load, dtype_name, replace=True),
                 )
+
+    def _check_paths(self, ctx, a, bnb, storage, dtype_name) -> bool:
+        """A storage that is the uint8 default (None) or an integer dtype on some paths only (`storage = None`,
+        then `storage = torch.bfloat16` under an `if` the known values do not decide): a warning naming the
+        condition that decides it. (When the launch decides it, the value is single and is an error above.)"""
+        conds = a.value_conditions(storage, bnb.scope, _integer_storage)
+        when = _undecided_when(a, conds, bnb.scope)
+        bad = [v for v in a.values(storage, bnb.scope) if _integer_storage(v)]
+        if when is None or not bad:
+            return False
+        self._report_path(ctx, bnb, "the default uint8" if bad[0] is None else _dtype_text(bad[0]), when, dtype_name)
+        return True
+
+    def _check_dict_paths(self, ctx, a, bnb, loads) -> None:
+        """`BitsAndBytesConfig(**d)` with `d` filled in exclusive branches, or given the storage by a write the
+        known values do not decide: each path's keywords, a warning for a 4-bit path without a float storage."""
+        paths = a.keyword_paths(bnb)
+        if not paths:
+            return
+        bad = []
+        for entries, conds in paths:
+            if a.value(entries.get("load_in_4bit"), bnb.scope) is not True:
+                continue
+            st = entries.get("bnb_4bit_quant_storage")
+            v = a.value(st, bnb.scope) if st is not None else None
+            if _integer_storage(v):
+                bad.append((v, conds))
+        if not bad:
+            return
+        load = _load_using(a, bnb, loads)
+        dtype = None if load is None else (a.keyword(load, "dtype") or a.keyword(load, "torch_dtype"))
+        dtype_name = _dtype(a, dtype, load) if dtype is not None and dtype is not UNKNOWN else None
+        if len(bad) == len(paths):
+            self._report_path(ctx, bnb, "the default uint8" if bad[0][0] is None else _dtype_text(bad[0][0]),
+                              None, dtype_name)
+            return
+        v, conds = bad[0]
+        when = _undecided_when(a, conds, bnb.scope)
+        if when is not None:
+            self._report_path(ctx, bnb, "the default uint8" if v is None else _dtype_text(v), when, dtype_name)
+
+    def _report_path(self, ctx, bnb, what, when, dtype_name) -> None:
+        if when is None:  # every path
+            ctx.report(bnb.node, f"bnb_4bit_quant_storage is {what} on every path that builds this 4-bit config under "
+                                 f"FSDP1: FSDP1 cannot flatten integer tensors (ValueError: Must flatten tensors with "
+                                 f"uniform dtype ... torch.uint8). Set it to the dtype the model is loaded with"
+                                 + (f" ({dtype_name})." if dtype_name else "."))
+            return
+        ctx.report(
+            bnb.kwarg("bnb_4bit_quant_storage") or bnb.node,
+            f"bnb_4bit_quant_storage is {what} when {when} under FSDP1: FSDP1 cannot flatten integer tensors "
+            f"(ValueError: Must flatten tensors with uniform dtype ... torch.uint8), and nothing this file reads "
+            f"decides that condition: set the storage to the dtype the model is "
+            f"loaded with" + (f" ({dtype_name})" if dtype_name else "") + " on every path, or declare the launch "
+            "that decides it (--launch).",
+            severity=Severity.WARNING,
+        )
 
     def _check_legacy(self, ctx, a, loads) -> None:
         """`from_pretrained(..., load_in_4bit=True)` without quantization_config: transformers 4 builds the
@@ -513,6 +597,32 @@ _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "b
 
 
 _INTEGER_DTYPES = frozenset({"uint8", "int8"})
+
+
+def _undecided_when(a, conds, scope):
+    """The condition text of a path that nothing the file reads decides, or None (no such path, or one an
+    opt-in flag or the launch decides: the runs with the flag at its default and passed each decide it)."""
+    if not conds:
+        return None
+    for t, holds in conds:
+        if a.env is not None and a._mentions_env(t, scope) and (
+                a.switches(t, scope) or not a.opened_by_switch(t, scope, holds)):
+            return None
+    return " and ".join(" ".join(a.code(t).split()) if holds else f"not ({' '.join(a.code(t).split())})"
+                        for t, holds in conds)
+
+
+def _integer_storage(v) -> bool:
+    """A storage value FSDP1 cannot flatten: None (bitsandbytes' uint8 default) or an integer dtype."""
+    if v is None:
+        return True
+    if isinstance(v, QName) and v.name.startswith("torch."):
+        return _DTYPE_ALIASES.get(v.name[len("torch."):]) in _INTEGER_DTYPES
+    return isinstance(v, str) and _DTYPE_ALIASES.get(v) in _INTEGER_DTYPES
+
+
+def _dtype_text(v) -> str:
+    return v.name if isinstance(v, QName) else repr(v)
 
 
 def _argument_origin(a, expr) -> str:

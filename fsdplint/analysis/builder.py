@@ -127,6 +127,9 @@ class Builder(Classes, Linking):
         self._instances: dict[str, str] = {}  # key of a name -> `self` of the object of the class last built into it
         self.foreign_calls: list[Call] = []
         self._deep_budget = _DEEP_BUDGET  # calls and assignments inlined beyond `_FREE_DEPTH`, per linted file
+        # What a bound on the work per file left out, as (the call's node, what), first one per bound: said
+        # (FSDP905) so that a finding the cut hides is not silently missing.
+        self.cutoffs: list[tuple] = []
         self._volatile = False  # set while resolving a callee that this inlining's arguments decided
 
     def _build(self) -> None:
@@ -194,7 +197,9 @@ class Builder(Classes, Linking):
                 self._foreign_seen.add(id(item))
                 self.foreign_calls.append(item)
             callee, callee_origin = self._callee(item, origin) if isinstance(item, Call) else (None, None)
-            if callee is not None and id(callee) not in stack and self._may_inline(callee, depth):
+            if callee is not None and id(callee) not in stack and not self._may_inline(callee, depth):
+                self._note_cutoff(item, callee, depth)
+            elif callee is not None and id(callee) not in stack:
                 self._known_calls.add(id(item))
                 sites = self._inline_sites.setdefault(id(callee), [])
                 if item not in sites:
@@ -271,6 +276,17 @@ class Builder(Classes, Linking):
             # `return AutoModel.from_pretrained(...)`: the object that call's result was bound to.
             return probe.key(RETURNED) if depth == 0 else None
         return self._returned_key(inner, probe, depth + 1) if inner is not None else None
+
+    def _note_cutoff(self, call: Call, callee: Scope, depth: int) -> None:
+        """Remember the first helper left out by the depth bound and the first left out by the budget."""
+        if not (callee.calls or callee.attr_sets):
+            return  # nothing in it to analyse: nothing missed
+        kind = "depth" if depth >= _MAX_DEPTH else "budget"
+        if any(k == kind for k, _, _ in self.cutoffs):
+            return
+        why = (f"{_MAX_DEPTH} helper calls deep" if kind == "depth" else
+               f"after the per-file budget of {_DEEP_BUDGET} calls inlined beyond {_FREE_DEPTH} helper calls deep was spent")
+        self.cutoffs.append((kind, call, f"{callee.name}() (called {why})"))
 
     def _may_inline(self, callee: Scope, depth: int) -> bool:
         """Helpers run inline up to four calls deep; deeper ones (a loader chain) draw on a budget of inlined

@@ -704,7 +704,7 @@ class Values:
         return None
 
     def dict_entries(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope],
-                     before: Optional[int] = None) -> Optional[dict]:
+                     before: Optional[int] = None, choices: Optional[list] = None) -> Optional[dict]:
         """key -> the expression a dict holds for it where it is used (before the item numbered `before`): the
         dict literal or `dict(...)` the name is bound to, then each later `d[key] = v`, `d.update(key=v)` and
         `d.update({...})` in the order written. A write that may not run (under an `if` the known values do
@@ -761,12 +761,68 @@ class Values:
                 g.branch not in ("body", "orelse") for g in item.guards)
             if pairs is None:  # `d[key] = v` / `d.update(f())` with keys the file does not spell: any key
                 return None
+            if not sure and choices is not None:
+                choices.append((item, pairs))  # (for `keyword_paths`: the dict with and without this write)
             for k, v in pairs:
                 # A write that may run: the value when the key had none (the only one it can hold, as a
                 # keyword written under the same `if`), unknown when it may replace another.
                 out[k] = v if sure or k not in out or (out[k] is not UNKNOWN and self.value(out[k], owner) == self.value(
                     v, owner) is not UNKNOWN) else UNKNOWN
         return out
+
+    def keyword_paths(self, call: Call) -> Optional[list[tuple[dict, list]]]:
+        """The keywords a call gets on each path when its one `**d` dict differs by path: `d` built in
+        exclusive branches (`if c: d = dict(...)` / `else: d = dict(...)`), or a `d[key] = v` / `d.update(...)`
+        under an `if` the known values do not decide (with it and without it). Each path: (keyword -> its
+        expression, the (test, holds) pairs that take it). None when the dict is the same on every path or
+        the paths cannot be told (a loop, several undecided writes, a dict the file does not spell)."""
+        stars = call.star_kwargs()
+        if len(stars) != 1 or not isinstance(stars[0], cst.Name):
+            return None
+        name = stars[0].value
+        direct = {a.keyword.value: a.value for a in call.node.args if a.keyword is not None}
+        owner = next((x for x in ([call.scope] if call.scope is not None else []) + [self.c.module_scope]
+                      if name in x.assigns), None)
+        if owner is None:
+            return None
+        body = owner.node if isinstance(owner.node, cst.FunctionDef) else (
+            self.module if owner is self.c.module_scope else None)
+        vals = owner.assigns[name]
+        live = self._live_assignments(vals) if self.env is not None else vals
+        live = [(seq, v) for seq, v in live if call.scope is not owner or seq < call.seq]
+        if body is None or not live:
+            return None
+        paths = []
+        if len(live) > 1:
+            if any(ds.target == name for ds in owner.dict_sets) or any(
+                    c.method == "update" and dotted(c.receiver) == name for c in owner.calls):
+                return None  # branches and writes together: not told apart
+            for _, v in live:
+                entries = self.dict_entries(v, owner)
+                where = _if_path(body, v)
+                if entries is None or not where:
+                    return None
+                paths.append(({**entries, **direct}, [(node.test, branch == "body") for node, branch in where]))
+            return paths
+        choices: list = []
+        entries = self.dict_entries(stars[0], call.scope, call.seq, choices=choices)
+        if entries is None or len(choices) != 1:
+            return None
+        item, pairs = choices[0]
+        tests = [(g.node.test, g.branch == "body") for g in item.guards
+                 if g.branch in ("body", "orelse") and getattr(g.node, "test", None) is not None]
+        if item.loops or len(tests) != 1 or any(g.branch not in ("body", "orelse") for g in item.guards):
+            return None
+        test, holds = tests[0]
+        without = dict(entries)
+        base = self.dict_entries(stars[0], call.scope, item.seq)
+        for k, _ in pairs:
+            if base is not None and k in base:
+                without[k] = base[k]
+            else:
+                without.pop(k, None)
+        with_it = {**entries, **dict(pairs)}
+        return [({**without, **direct}, [(test, not holds)]), ({**with_it, **direct}, [(test, holds)])]
 
     def call_for(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], api: str) -> Optional[Call]:
         """The `api(...)` call `expr` evaluates to, following simple name bindings."""
