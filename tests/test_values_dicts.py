@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsdplint.cli import main
+from values_support import decided
 
 TARGETS = ["--target-version", "torch=2.6", "--target-version", "peft=0.21.2",
            "--target-version", "transformers=5.24.0", "--target-version", "bitsandbytes=0.50.2",
@@ -39,13 +40,13 @@ main({call})
 
 
 def fsdp2(tmp: Path, cfg: str, writes: str = "", after: str = "", call: str = "") -> bool:
-    """Whether the Trainer is found to shard the 4-bit model with FSDP2 (an FSDP201 error)."""
+    """Whether the Trainer is found to shard the 4-bit model with FSDP2 (a decided FSDP201)."""
     (tmp / "pyproject.toml").write_text("[project]\nname = 'job'\n")
     (tmp / "train.py").write_text(SRC.format(cfg=cfg, writes=textwrap.indent(writes, "    "), after=after, call=call))
     r = CliRunner().invoke(main, ["check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
                                   *TARGETS, str(tmp / "train.py")])
     assert r.exit_code == 0, r.output
-    return [f["code"] for f in json.loads(r.stdout) if f["severity"] == "error"] == ["FSDP201"]
+    return [f["code"] for f in json.loads(r.stdout) if decided(f)] == ["FSDP201"]
 
 
 @pytest.mark.parametrize("cfg, writes, expected", [

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsdplint.cli import main
+from values_support import label
 
 TARGETS = ["--target-version", "torch=2.6", "--target-version", "peft=0.21.2",
            "--target-version", "transformers=5.24.0", "--target-version", "bitsandbytes=0.50.2",
@@ -43,14 +44,14 @@ def parse():
 
 
 def lint(tmp: Path, files: dict, target: str = "train.py") -> list[tuple[str, str, str]]:
-    """(code, severity, file name) of each finding on `target`, linted with its project."""
+    """(code, severity or FSDP201's decided/opt-in, file name) of each finding on `target`, linted with its project."""
     (tmp / "pyproject.toml").write_text("[project]\nname = 'job'\n")
     for name, text in files.items():
         (tmp / name).write_text(textwrap.dedent(text))
     r = CliRunner().invoke(main, ["check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
                                   *TARGETS, str(tmp / target)])
     assert r.exit_code == 0, r.output
-    return sorted((f["code"], f["severity"], Path(f["filename"]).name) for f in json.loads(r.stdout))
+    return sorted((f["code"], label(f), Path(f["filename"]).name) for f in json.loads(r.stdout))
 
 
 # -- a helper's `return` of an expression -------------------------------------------------------------
@@ -98,7 +99,7 @@ def test_a_returned_expression_is_the_model(tmp_path, shape, where):
         files = {"train.py": HEAD + helper + caller}
     else:
         files = {"model_utils.py": HEAD + helper, "train.py": HEAD + "from model_utils import load\n" + caller}
-    assert lint(tmp_path, files) == [("FSDP201", "error", "train.py")]
+    assert lint(tmp_path, files) == [("FSDP201", "decided", "train.py")]
 
 
 def test_a_returned_wrapper_call_is_the_model(tmp_path):
@@ -118,7 +119,7 @@ def main():
 
 main()
 """ % BNB.format(four="True")
-    assert lint(tmp_path, {"train.py": src}) == [("FSDP201", "error", "train.py")]
+    assert lint(tmp_path, {"train.py": src}) == [("FSDP201", "decided", "train.py")]
 
 
 def test_a_returned_expression_of_a_full_precision_model_gives_nothing(tmp_path):
@@ -147,11 +148,11 @@ def _builder(sig: str, four: str) -> str:
 @pytest.mark.parametrize("where", ["same_module", "other_module"])
 @pytest.mark.parametrize("shape", sorted(BUILDERS))
 @pytest.mark.parametrize("four, launch, expected", [
-    ("NS.use_4bit", "--use_4bit", [("FSDP201", "error", "train.py")]),
-    ("NS.bits == 4", "--bits 4", [("FSDP201", "error", "train.py")]),
-    ("NS.bits != 16", "--bits 4", [("FSDP201", "error", "train.py")]),
-    ("NS.bits in (4, 8)", "--bits 4", [("FSDP201", "error", "train.py")]),
-    ("not NS.bits == 16", "--bits 4", [("FSDP201", "error", "train.py")]),
+    ("NS.use_4bit", "--use_4bit", [("FSDP201", "decided", "train.py")]),
+    ("NS.bits == 4", "--bits 4", [("FSDP201", "decided", "train.py")]),
+    ("NS.bits != 16", "--bits 4", [("FSDP201", "decided", "train.py")]),
+    ("NS.bits in (4, 8)", "--bits 4", [("FSDP201", "decided", "train.py")]),
+    ("not NS.bits == 16", "--bits 4", [("FSDP201", "decided", "train.py")]),
     ("NS.bits == 4", "--bits 16", []),
     ("NS.bits == 4", "", []),
 ], ids=["flag", "eq", "ne", "in", "not", "eq-off", "eq-default"])
@@ -168,10 +169,10 @@ def test_parsed_arguments_reach_a_helper_under_any_name(tmp_path, shape, where, 
 
 
 @pytest.mark.parametrize("launch, expected", [
-    ("--use_4bit", [("FSDP201", "error", "train.py")]),
+    ("--use_4bit", [("FSDP201", "decided", "train.py")]),
     # The flag is opt-in: left off by the launch, the 4-bit branch may still be switched on (a warning).
-    ("", [("FSDP201", "warning", "train.py")]),
-    (None, [("FSDP201", "warning", "train.py")]),
+    ("", [("FSDP201", "opt-in", "train.py")]),
+    (None, [("FSDP201", "opt-in", "train.py")]),
 ])
 def test_a_branch_on_a_renamed_namespace_is_decided_by_the_launch(tmp_path, launch, expected):
     src = HEAD + PARSE + """
