@@ -369,3 +369,61 @@ def test_reported_fields_name_what_the_benchmark_holds():
             assert (manifest.parent / case["reported_overlay"]).is_dir(), case["id"]
         for cmd in case.get("reported_launch", []):
             assert isinstance(cmd, str) and cmd.strip(), case["id"]
+
+
+def test_reported_patch_edits_a_repository_file_in_both_passes_only_when_reported(tmp_path):
+    # The repository holds its launch config; the report says one line was added to it in place.
+    bench = tmp_path / "bench"
+    repo = tmp_path / "repos" / "someone+proj"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "train.py").write_text(LORA_PREPARE)
+    (repo / "fsdp.yaml").write_text("mixed_precision: fp16\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "bug")
+    commit = _git(repo, "rev-parse", "HEAD")
+    reported = bench / "reported" / "proj-edit"
+    reported.mkdir(parents=True)
+    (reported / "edit.diff").write_text(textwrap.dedent(
+        """\
+        diff --git a/fsdp.yaml b/fsdp.yaml
+        --- a/fsdp.yaml
+        +++ b/fsdp.yaml
+        @@ -1 +1,2 @@
+        +distributed_type: FSDP
+         mixed_precision: fp16
+        """))
+    (reported / "stale.diff").write_text(textwrap.dedent(
+        """\
+        diff --git a/fsdp.yaml b/fsdp.yaml
+        --- a/fsdp.yaml
+        +++ b/fsdp.yaml
+        @@ -1,2 +1,3 @@
+         distributed_type: MULTI_GPU
+         mixed_precision: fp16
+        +downcast_bf16: 'no'
+        """))
+    cases = ""
+    for case_id, patch in (("proj-edit", "edit.diff"), ("proj-stale", "stale.diff")):
+        cases += "[[case]]\n" + _case_toml(case_id, "outside-python", textwrap.dedent(
+            f"""\
+            repo = "someone/proj"
+            bug_commit = "{commit}"
+            paths = []
+            reported_launch = ["accelerate launch --config_file fsdp.yaml train.py"]
+            reported_patch = "reported/proj-edit/{patch}"
+            """)) + "\n"
+    (bench / "manifest.toml").write_text(cases)
+    out_json = tmp_path / "out.json"
+    proc = _scorer("--bench", str(bench), "--repos", str(tmp_path / "repos"), "--json", str(out_json),
+                   "--output", str(tmp_path / "r.md"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["id"]: r for r in json.loads(out_json.read_text())["cases"]}
+    edit, stale = rows["proj-edit"], rows["proj-stale"]
+    assert edit["reported_setup"] == ["launch", "patch"]
+    # FSDP (and so the mixed requires_grad unit) comes only from the patched line.
+    assert edit["status"] == "caught" and "FSDP004:error" in edit["found"]
+    assert edit["as_stood"]["status"] == "missed"
+    assert stale["status"] == "error" and "reported_patch does not apply" in stale["reason"]
+    # The repository's own file is untouched by the run.
+    assert "distributed_type" not in (repo / "fsdp.yaml").read_text()

@@ -36,7 +36,8 @@ HERE = Path(__file__).resolve().parent
 FIELDS = ("id", "title", "source", "expect", "covered", "shape", "setup", "notes")
 MANIFEST_FIELDS = ("repo", "bug_commit", "paths")
 # The setup the report states, when the tree alone does not carry it (README "The reported setup").
-REPORTED_FIELDS = ("reported_launch", "reported_files", "reported_paths", "reported_overlay", "reported_versions")
+REPORTED_FIELDS = ("reported_launch", "reported_files", "reported_paths", "reported_overlay", "reported_patch",
+                   "reported_versions")
 LINT_TIMEOUT_S = 600
 
 
@@ -69,7 +70,7 @@ def _is_relative(p) -> bool:
 def _check_reported(case: dict, where: str, base: Path) -> None:
     """The `reported_*` fields: their types, and that the files they name exist."""
     handwritten = case["kind"] == "handwritten"
-    for field in ("reported_paths", "reported_overlay") if handwritten else ("reported_files",):
+    for field in ("reported_paths", "reported_overlay", "reported_patch") if handwritten else ("reported_files",):
         if field in case:
             raise BenchError(f"{where}: {field} is for {'manifest' if handwritten else 'handwritten'} cases")
     for field in ("reported_launch", "reported_files", "reported_paths"):
@@ -93,6 +94,11 @@ def _check_reported(case: dict, where: str, base: Path) -> None:
         if not _is_relative(overlay) or not (base / overlay).is_dir():
             raise BenchError(f"{where}: reported_overlay {overlay!r} is not a folder next to the manifest")
         case["overlay_dir"] = str(base / overlay)
+    patch = case.get("reported_patch")
+    if patch is not None:
+        if not _is_relative(patch) or not (base / patch).is_file():
+            raise BenchError(f"{where}: reported_patch {patch!r} is not a file next to the manifest")
+        case["patch_file"] = str(base / patch)
     case["reported"] = [f.split("_", 1)[1] for f in REPORTED_FIELDS if f in case]
 
 
@@ -286,6 +292,16 @@ def _overlay(src: Path, tree: Path) -> str | None:
     return None
 
 
+def _apply_patch(patch: Path, tree: Path) -> str | None:
+    """Apply a `reported_patch` (a diff holding only the reporter's edits of repository files) to an extracted tree."""
+    proc = subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(patch)], cwd=tree,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        return f"reported_patch does not apply: {lines[0] if lines else 'git apply failed'}"
+    return None
+
+
 def _write_trees(case: dict, repos: Path | None, work: Path, reported: bool) -> dict:
     """The bug tree (and fixed tree, if any) of one pass: {'bug', 'fixed'} paths, or 'skipped'/'error'."""
     bug, fixed = work / "bug", work / "fixed"
@@ -310,12 +326,16 @@ def _write_trees(case: dict, repos: Path | None, work: Path, reported: bool) -> 
     err = extract(git_dir, case["bug_commit"], paths, bug)
     if err is None and reported and case.get("overlay_dir"):
         err = _overlay(Path(case["overlay_dir"]), bug)
+    if err is None and reported and case.get("patch_file"):
+        err = _apply_patch(Path(case["patch_file"]), bug)
     if err:
         return {"error": err}
     if case.get("fix_commit"):
         err = extract(git_dir, case["fix_commit"], paths, fixed)
         if err is None and reported and case.get("overlay_dir"):
             err = _overlay(Path(case["overlay_dir"]), fixed)
+        if err is None and reported and case.get("patch_file"):
+            err = _apply_patch(Path(case["patch_file"]), fixed)
         if err:
             out["fixed_error"] = err
         else:
