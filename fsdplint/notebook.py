@@ -109,8 +109,10 @@ def read_notebook(data: bytes) -> Notebook:
         if lines and lines[0].lstrip().startswith("%%"):
             lines = []  # a cell magic (%%bash, %%writefile): the cell is not Python
         book.code_cells.append(idx)
+        continued = False  # the previous line was a magic ending in `\`: IPython reads this one into it
         for i, line in enumerate(lines, start=1):
-            if _MAGIC_LINE.match(line) and not _is_python(line):
+            if continued or (_MAGIC_LINE.match(line) and not _is_python(line)):
+                continued = line.rstrip().endswith("\\")
                 indent = line[: len(line) - len(line.lstrip())]
                 book.magics.append(line)
                 line = indent + _MAGIC.format(n=len(book.magics) - 1)

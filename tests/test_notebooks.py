@@ -128,3 +128,22 @@ def test_cell_magics_and_other_languages_are_not_read_as_python(tmp_path):
     nbformat.write(nb, str(path))
     r = run(str(path))
     assert r.exit_code == 0, r.output
+
+
+def test_a_shell_line_continued_with_a_backslash_is_one_magic(tmp_path):
+    """`! python prep.py --a 1 \\` with its flags on the next lines (as notebooks that run a
+    preprocessing script write it): IPython reads the continued lines into the shell command, so they are
+    no Python and no SyntaxError; the Python cell after it is still read, and --fix keeps the lines."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "! python prep.py --data_dir data/train \\\n                 --max_len 510 \\\n"
+        "                 --output_dir data\n\nprint('done')"))
+    nb.cells.append(nbformat.v4.new_code_cell((FIXTURES / "fsdp2_lora_after_shard_buggy.py").read_text()))
+    path = tmp_path / "prep.ipynb"
+    nbformat.write(nb, str(path))
+    found = findings(str(path))
+    assert "FSDP900" not in {f["code"] for f in found}
+    assert "FSDP101" in {f["code"] for f in found}
+    before = json.loads(path.read_text())["cells"][0]["source"]
+    run(str(path), "--fix")
+    assert json.loads(path.read_text())["cells"][0]["source"] == before
