@@ -7,6 +7,7 @@ launcher search and the version lookup all use it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +20,11 @@ def has_marker(d: Path) -> bool:
 
 def find_root(path: Path) -> Optional[Path]:
     """The nearest directory above `path` holding a project marker."""
-    d = path.resolve().parent if not path.is_dir() else path.resolve()
+    try:
+        full = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13): the file is unreadable,
+        full = Path(os.path.abspath(path))  # which the lint reports; its root is looked up from where it sits
+    d = full.parent if not path.is_dir() else full
     for p in (d, *d.parents):
         if has_marker(p):
             return p
