@@ -33,7 +33,7 @@ from typing import Optional
 
 import fsdplint
 from fsdplint.analysis import reads
-from fsdplint.findings import Finding, finding_from_json
+from fsdplint.findings import Finding, Position, Related, finding_from_json
 
 FORMAT = 1
 MAX_ENTRIES = 20_000
@@ -97,8 +97,10 @@ _NOT_LISTED = (".fsdplint_cache", "__pycache__")
 # A new file changes findings only when something finds it by listing a directory: a module, a launcher,
 # a config next to a script, a requirements or lock file. Other new files (a report written by `-o`, a
 # JSON config) matter only once a changed file names them, and that change invalidates by itself.
+# Names whose appearance can change a finding: modules, launchers, configs, pins, and the docs launches are
+# read from (a README's fenced `accelerate launch ...`).
 _LISTED_SUFFIXES = (".py", ".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".toml", ".cfg", ".txt",
-                    ".lock", ".ini")
+                    ".lock", ".ini", ".md", ".rst")
 
 
 def _listed(p: str, name: str) -> bool:
@@ -150,17 +152,35 @@ def _jsonable(value):
     return repr(value)
 
 
+def _note_json(value):
+    # A note may hold another place of the finding (the statement a relocated finding is caused by).
+    if isinstance(value, Related):
+        return {_RELATED: value.to_json()}
+    return value
+
+
+def _note_back(value):
+    if isinstance(value, dict) and set(value) == {_RELATED}:
+        r = value[_RELATED]
+        return Related(r["filename"], Position(r["location"]["row"], r["location"]["column"]),
+                       Position(r["end_location"]["row"], r["end_location"]["column"]), r.get("message", ""))
+    return value
+
+
+_RELATED = "__fsdplint_related__"
+
+
 def _finding_json(f: Finding) -> dict:
     d = f.to_json()
     d["source_line"] = f.source_line
-    d["notes"] = f.notes
+    d["notes"] = {k: _note_json(v) for k, v in f.notes.items()}
     return d
 
 
 def _finding_back(d: dict) -> Finding:
     f = finding_from_json(d)
     f.source_line = d.get("source_line", "")
-    f.notes = d.get("notes") or {}
+    f.notes = {k: _note_back(v) for k, v in (d.get("notes") or {}).items()}
     return f
 
 
