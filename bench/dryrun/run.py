@@ -91,18 +91,19 @@ def run_case(case: dict, repos: Path | None = None) -> dict:
         except ValueError:
             return {"id": case["id"], "ok": False, "why": f"exit {p.returncode}: {p.stderr.strip()[-300:]}",
                     "seconds": seconds, "peak_mib": peak}
-        script = work / "train.py"
-        marked = next((i for i, l in enumerate(script.read_text().splitlines(), 1) if "# BUG" in l), None) \
-            if script.is_file() else None
+        name = case.get("file", "train.py")  # an official example names its file and line
+        script = work / name
+        marked = case.get("line") or (next((i for i, l in enumerate(script.read_text().splitlines(), 1)
+                                            if "# BUG" in l), None) if script.is_file() else None)
     codes = sorted({f["code"] for f in found})
     if case["expect"] == "clean":
         ok = p.returncode == 0 and not found
         why = "clean" if ok else f"reported {codes}"
     else:
-        hits = [f for f in found if f["code"] == case["expect"] and f["filename"] == "train.py"
+        hits = [f for f in found if f["code"] == case["expect"] and f["filename"] == name
                 and f["location"]["row"] == marked]
         ok = bool(hits)
-        why = f"{case['expect']} at train.py:{marked}" if ok else f"reported {[(f['code'], f['location']['row']) for f in found]}"
+        why = f"{case['expect']} at {name}:{marked}" if ok else f"reported {[(f['code'], f['location']['row']) for f in found]}"
     return {"id": case["id"], "ok": ok, "why": why, "seconds": seconds, "peak_mib": peak, "expect": case["expect"]}
 
 
