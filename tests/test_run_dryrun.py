@@ -87,6 +87,8 @@ def test_accelerate_launch_with_fsdp_config_wraps_with_fsdp2(workdir):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "simulated ranks 0, 7" in p.stdout  # num_processes: 8 in the YAML
     assert p.stdout.count("(optimizer, wrap, forward;") == 2  # accelerate's prepare did the wrap
+    # fsdp_cpu_ram_efficient_loading: rank 0 would broadcast its weights; there are none, and it says so
+    assert "rank 0's broadcast of the full state dict was skipped" in p.stdout
 
 
 def test_missing_script_is_one_line_error(workdir):
