@@ -97,6 +97,25 @@ def _cuda(torch, count: int, local_rank: int, memory: int) -> None:
             if hasattr(acc, name):
                 setattr(acc, name, fn)
     _tensor_moves(torch)
+    _factories(torch)
+
+
+def _factories(torch) -> None:
+    """Tensors made on "cuda" by a factory (`torch.tensor(0.0, device=args.device)`, `torch.zeros(...,
+    device="cuda")`, as Trainer's loop does) are made on the CPU: one torch-function mode, entered for
+    the whole run, rewrites the `device` argument of every call, so no list of factories is kept."""
+    from torch.overrides import TorchFunctionMode
+
+    class CudaOnCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.Tensor.pin_memory:  # DataLoader(pin_memory=True): no GPU to pin for
+                return args[0]
+            if "device" in kwargs and _is_cuda(kwargs["device"]) and not isinstance(kwargs["device"], int):
+                kwargs = {**kwargs, "device": torch.device("cpu")}
+            return func(*args, **kwargs)
+
+    CudaOnCpu().__enter__()
 
 
 def _is_cuda(d) -> bool:

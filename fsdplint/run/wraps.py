@@ -55,6 +55,7 @@ def install() -> None:
         if hasattr(shard, attr):
             setattr(fully_shard, attr, getattr(shard, attr))
     fsdp_pkg.fully_shard = fully_shard
+    _accelerate_broadcast()
     import importlib
 
     for name in ("torch.distributed.fsdp._fully_shard", "torch.distributed.fsdp._fully_shard._fully_shard",
@@ -65,3 +66,24 @@ def install() -> None:
             continue
         if getattr(mod, "fully_shard", None) is shard:
             mod.fully_shard = fully_shard
+
+
+def _accelerate_broadcast() -> None:
+    """accelerate's FSDP2 prepare with `fsdp_cpu_ram_efficient_loading` copies rank 0's full state dict
+    into the shards and broadcasts it; the dry run has no weights to send, so that one step is skipped
+    (and said so), as FSDP1's `sync_module_states` broadcast is."""
+    try:
+        from accelerate.utils import fsdp_utils
+    except Exception:  # accelerate not installed: the job's own import reports it
+        return
+    load = getattr(fsdp_utils, "fsdp2_load_full_state_dict", None)
+    if load is None:
+        return
+
+    @functools.wraps(load)
+    def skipped(accelerator, model, full_sd, *args, **kwargs):
+        sentinel.PROGRESS.notes.add("fsdp_cpu_ram_efficient_loading: rank 0's broadcast of the full state dict "
+                                    "was skipped (no weights in the dry run)")
+        return model
+
+    fsdp_utils.fsdp2_load_full_state_dict = skipped
