@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Optional
@@ -406,19 +405,11 @@ def _write_context(directory: Path) -> tuple:
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    from fsdplint.analysis.cache import atomic_write_text
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write_text(path, text)
     except OSError:
         pass  # a read-only tree: lint on without the cache
 

@@ -46,17 +46,7 @@ class SheetCache:
             if not path.parent.is_dir():
                 self._init_root()
                 path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(value, f, separators=(",", ":"))
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            atomic_write_text(path, json.dumps(value, separators=(",", ":")))
         except OSError:
             self._ok = False  # a read-only tree: lint on without the cache
 
@@ -72,3 +62,19 @@ class SheetCache:
                     p.write_text(text)
                 except OSError:
                     pass
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename, so that a concurrent reader sees the old
+    entry or the new one, never half of one (raises OSError)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
