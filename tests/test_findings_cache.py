@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fsdplint import findings_cache
-from fsdplint.engine import Settings, lint_files
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "scripts"
 
@@ -44,12 +42,25 @@ def _write(path: Path, text: str) -> None:
     os.utime(path, ns=(st.st_atime_ns, max(st.st_mtime_ns, old + 1_000_000_000)))
 
 
+_ONE_RUN = """
+import json, sys
+from fsdplint import findings_cache
+from fsdplint.engine import Settings, lint_files
+files, cache_dir, use_cache = json.loads(sys.argv[1])
+results = lint_files(files, Settings(cache_dir=cache_dir, use_cache=use_cache))
+seen = [[(f.to_json(), repr(sorted(f.notes.items())), f.source_line) for f in r.findings] for r in results]
+print(json.dumps({"seen": seen, "hits": findings_cache.STATS["hits"]}))
+"""
+
+
 def _run(files, cache_dir, use_cache=True):
-    before = dict(findings_cache.STATS)
-    results = lint_files([str(f) for f in files], Settings(cache_dir=str(cache_dir), use_cache=use_cache))
-    seen = [[(f.to_json(), f.notes, f.source_line) for f in r.findings] for r in results]
-    hits = findings_cache.STATS["hits"] - before["hits"]
-    return seen, hits
+    """One lint run in its own process, as the CLI and pre-commit run: the findings and the cache hits.
+    (A long-lived process keeps reads memoised by earlier runs, so it reuses less: see findings_cache.)"""
+    arg = json.dumps([[str(f) for f in files], str(cache_dir), use_cache])
+    p = subprocess.run([sys.executable, "-c", _ONE_RUN, arg], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    return [[tuple(x) for x in r] for r in out["seen"]], out["hits"]
 
 
 def _codes(seen):

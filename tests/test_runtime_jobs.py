@@ -173,8 +173,11 @@ def test_mixed_trainable_dtypes_predict_the_first_forward_failure(ranks):
 
 def test_4bit_weights_sharded_by_fsdp2_are_fsdp201(ranks):
     r0, _ = result(ranks, "qlora_fsdp2")
-    assert r0["raised"] and r0["codes"] == ["FSDP201"]
-    assert "o_proj" in only(r0, "FSDP201")["message"]
+    # A warning since its CPU measurement (bench/facts/fsdp201_cpu_check.py: bitsandbytes >= 0.44 restores
+    # the quant state in forward): the guard reports it and lets the job go on.
+    assert not r0["raised"] and r0["codes"] == ["FSDP201"]
+    f = only(r0, "FSDP201")
+    assert f["severity"] == "warning" and "o_proj" in f["message"]
 
 
 def test_rank_without_trainable_shard_is_info_only(ranks):
