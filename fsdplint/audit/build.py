@@ -331,11 +331,26 @@ def _note_prequantized(spec: AuditSpec, built: Built) -> None:
                             f"(--quant 4bit audits a bitsandbytes QLoRA load instead).")
 
 
+def quantize_as_from_pretrained(model, bnb_config, dtype):
+    """Run transformers' own bitsandbytes quantizer on a model built on meta, as `from_pretrained` does
+    (the audit and the dry run both build models this way); returns the quantizer."""
+    import torch
+    from transformers.modeling_utils import local_torch_dtype
+    from transformers.quantizers import AutoHfQuantizer
+
+    quantizer = AutoHfQuantizer.from_config(bnb_config)
+    # from_pretrained swaps the modules inside its init context: the new modules' biases get the
+    # model dtype, not float32 (transformers 5.24 modeling_utils.from_pretrained).
+    with local_torch_dtype(dtype if dtype.is_floating_point else torch.float32):
+        quantizer.preprocess_model(model, device_map={"": "cpu"}, dtype=dtype)
+    quantizer.postprocess_model(model)
+    return quantizer
+
+
 def _quantize(spec: AuditSpec, built: Built) -> None:
     """Swap linears for bitsandbytes modules the way `from_pretrained` does, on meta."""
     import torch
     from transformers import BitsAndBytesConfig
-    from transformers.quantizers import AutoHfQuantizer
 
     q = dict(spec.quantization)
     for k in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype"):
@@ -354,14 +369,7 @@ def _quantize(spec: AuditSpec, built: Built) -> None:
         else:
             built.base.is_loaded_in_8bit = True
     else:
-        from transformers.modeling_utils import local_torch_dtype
-
-        quantizer = AutoHfQuantizer.from_config(bnb_config)
-        # from_pretrained swaps the modules inside its init context: the new modules' biases get the
-        # model dtype, not float32 (transformers 5.24 modeling_utils.from_pretrained).
-        with local_torch_dtype(built.dtype if built.dtype.is_floating_point else torch.float32):
-            quantizer.preprocess_model(built.base, device_map={"": "cpu"}, dtype=built.dtype)
-        quantizer.postprocess_model(built.base)
+        quantize_as_from_pretrained(built.base, bnb_config, built.dtype)
     built.quant_config = bnb_config
     built.quantized = "4bit" if bnb_config.load_in_4bit else "8bit"
     built.quant_storage = bnb_config.bnb_4bit_quant_storage if bnb_config.load_in_4bit else torch.int8

@@ -70,13 +70,10 @@ def build(cls, name, original, *args, **kwargs):
 
 def _quantize(model, quant, dtype) -> None:
     import torch
-    from transformers.modeling_utils import local_torch_dtype
-    from transformers.quantizers import AutoHfQuantizer
 
-    quantizer = AutoHfQuantizer.from_config(quant)
-    with local_torch_dtype(dtype if dtype.is_floating_point else torch.float32):
-        quantizer.preprocess_model(model, device_map={"": "cpu"}, dtype=dtype)
-    quantizer.postprocess_model(model)
+    from fsdplint.audit.build import quantize_as_from_pretrained
+
+    quantizer = quantize_as_from_pretrained(model, quant, dtype)
     if quant.load_in_4bit:
         _packed_4bit(model, quant.bnb_4bit_quant_storage or torch.uint8)
     model.hf_quantizer = quantizer
