@@ -541,10 +541,17 @@ def advisories_cmd(path: Optional[str], target_version, output_format: str) -> N
     for adv in advisories.load():
         version = targets.get(adv.library)
         why = "--target-version" if version else None
-        if version is None and path is not None and adv.library in versions.DEFAULTS:
-            tv = versions.resolve(adv.library, Path(path) / "_" if Path(path).is_dir() else Path(path),
-                                  use_installed=False)
+        at = Path(path) / "_" if path is not None and Path(path).is_dir() else (Path(path) if path else None)
+        if version is None and at is not None and adv.library in versions.DEFAULTS:
+            tv = versions.resolve(adv.library, at, use_installed=False)
             if tv.known:
+                version, why = str(tv.version), tv.source
+        elif version is None and at is not None:
+            # A training tool: its declared version, or the checkout's own (axolotl's VERSION file).
+            from fsdplint.toolconfigs.defaults import tool_version
+
+            tv = tool_version(adv.library, at, use_installed=False)
+            if tv is not None:
                 version, why = str(tv.version), tv.source
         if version is not None and not adv.applies_to(versions.Version(version)):
             continue

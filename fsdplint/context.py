@@ -300,3 +300,8 @@ class LintContext:
                                        severity=severity))
         elif fallback is not None:
             self.report(fallback, message, fix=fix, severity=severity)
+
+    def report_pin(self, setting, message: str, related, *, severity=None) -> None:
+        """Report at a line of a file the linted file does not hold (a requirements pin), with `related` (a
+        findings.Related, e.g. the setting in this file that the finding rests on)."""
+        self.reports.append(Report(self.rule, None, message, None, setting, severity=severity, related=(related,)))

@@ -18,7 +18,7 @@ import libcst as cst
 from fsdplint.apis import TRIGGER_WORDS
 from fsdplint.context import LintContext
 from fsdplint import findings_cache
-from fsdplint.findings import Applicability, Finding, Position, Severity
+from fsdplint.findings import Applicability, Finding, Position, Related, Severity
 from fsdplint.fixes import apply_edits, to_fix
 from fsdplint.noqa import NoqaMap
 from fsdplint.registry import all_rules, rules_by_code
@@ -395,6 +395,7 @@ def _external_findings(ctx: LintContext, filename: str) -> list[Finding]:
         if r.severity is not None:
             f.severity = r.severity
         f.end = Position(st.line, len(line) + 1)
+        f.related = [x for x in r.related if isinstance(x, Related)]
         out.append(f)
     return out
 
@@ -542,7 +543,8 @@ def _lint_job(job, path: Optional[Path], settings: Settings, fcfg: FileConfig) -
     out = lint_text("", job.filename, job_settings, path, fcfg)
     # Findings of the job (its lines) and of the accelerate config it is launched with.
     keep = {job.filename} | ({job.launch.source} if job.launch is not None and job.launch.source else set())
-    return [f for f in out if f.filename in keep]
+    # ... and those elsewhere that rest on the job's lines (a requirements pin that selects a buggy release).
+    return [f for f in out if f.filename in keep or any(r.filename in keep for r in f.related)]
 
 
 _DEEP_STACK = 512 * 1024 * 1024

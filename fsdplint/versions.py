@@ -285,13 +285,88 @@ def _own_version(d: Path, package: str) -> Optional[tuple[Version, str]]:
     if isinstance(static, str) and parse_version(static) is not None:
         found = parse_version(static), "pyproject.toml"
     mod = package.replace("-", "_")
-    found = found or _version_in([d / "VERSION", d / "version.txt"]) or _version_in(
+    found = found or _dynamic_version(d) or _version_in([d / "VERSION", d / "version.txt"]) or _version_in(
         [d / base / mod / f for base in ("", "src") for f in ("__init__.py", "version.py", "_version.py")]) or (
         _version_in([setup]) if setup.is_file() else None)
     if found is None:
         return None
     v, where = found
     return Version(v.base_version), f"{where}: this project is {package} {v}"
+
+
+def _dynamic_version(d: Path) -> Optional[tuple[Version, str]]:
+    """The version a build backend reads from a file the pyproject names: setuptools' `[tool.setuptools.dynamic]
+    version = { file = "VERSION" }` (axolotl), hatch's `[tool.hatch.version] path` (LLaMA-Factory's
+    src/llamafactory/extras/env.py `VERSION = "0.9.4"`)."""
+    tool = _toml(d / "pyproject.toml").get("tool", {}) if (d / "pyproject.toml").is_file() else {}
+    if not isinstance(tool, dict):
+        return None
+    dynamic = ((tool.get("setuptools") or {}).get("dynamic") or {}).get("version")
+    files = []
+    if isinstance(dynamic, dict) and isinstance(dynamic.get("file"), str):
+        files.append(dynamic["file"])
+    hatch = (tool.get("hatch") or {}).get("version")
+    if isinstance(hatch, dict) and isinstance(hatch.get("path"), str):
+        files.append(hatch["path"])
+    return _version_in([d / f for f in files if ".." not in Path(f).parts]) if files else None
+
+
+def pin_site(package: str, path: Optional[Path], stop: Optional[Path] = None) -> Optional[tuple[Path, int]]:
+    """The file and line of the lock entry or requirement that `resolve` read `package`'s version from
+    (the same search, in the same order), or None (explicit, configured, installed, the project's own
+    version, unknown)."""
+    if path is None:
+        return None
+    try:
+        directory = path.resolve().parent
+    except (OSError, RuntimeError):
+        return None
+    names = ALIASES.get(package, (package,))
+    for name in names:
+        hit = _declared(directory, name, Path(stop).resolve() if stop else None)
+        if hit is None or hit[0] is None:
+            continue
+        dirs = project_dirs(directory, Path(stop).resolve() if stop else None)
+        if hit[2] == "lock":
+            lock = hit[1].split(":", 1)[0]
+            for d in dirs:
+                row = _line_matching(d / lock, lambda ln: re.search(r'^\s*name\s*=\s*"([^"]+)"', ln), name)
+                if row is not None:
+                    return d / lock, row
+            return None
+        where = hit[1].split(":", 1)[0]
+        for d in dirs:
+            p = d / where
+            if where.startswith("requirements") and not p.is_file():
+                p = d / "requirements" / where
+            row = _line_matching(p, lambda ln: _requirement_in(ln), name)
+            if row is not None:
+                return p, row
+        return None
+    return None
+
+
+def _requirement_in(line: str):
+    """A requirement written on a line: the line itself (requirements.txt) or a quoted string (pyproject
+    dependencies, setup.py install_requires)."""
+    quoted = re.findall(r"""["']([^"'\n]+)["']""", line)
+    return quoted or [line]
+
+
+def _line_matching(p: Path, find, package: str) -> Optional[int]:
+    if not p.is_file():
+        return None
+    for row, line in enumerate(_read(p).splitlines(), 1):
+        got = find(line)
+        if got is None:
+            continue
+        if hasattr(got, "group"):
+            if _norm(got.group(1)) == package:
+                return row
+            continue
+        if any(_from_requirement_line(x, package) is not None for x in got):
+            return row
+    return None
 
 
 @functools.lru_cache(maxsize=512)

@@ -220,3 +220,59 @@ def _wrapped_names(a) -> set:
         if arg is not None:
             out.add((id(call.scope), _root(a.code(arg))))
     return out
+
+
+# --- a training-tool job (axolotl / LLaMA-Factory YAML) -------------------------------------------------
+# The tool's key for a fact when it differs from the fact's name (both tools pass these to TrainingArguments).
+_JOB_KEYS = {
+    "axolotl": {"optim": ("optimizer",), "gradient_accumulation_steps": ("gradient_accumulation_steps",),
+                "gradient_checkpointing": ("gradient_checkpointing",), "save_strategy": ("save_strategy",),
+                "save_only_model": ("save_only_model",), "torch_compile": ("torch_compile",),
+                "use_vllm": ("use_vllm", "trl.use_vllm")},
+    "llamafactory": {"optim": ("optim",), "gradient_accumulation_steps": ("gradient_accumulation_steps",),
+                     "gradient_checkpointing": ("gradient_checkpointing",), "save_strategy": ("save_strategy",),
+                     "save_only_model": ("save_only_model",), "torch_compile": ("torch_compile",)},
+}
+# The trainer class each tool runs for a preference/RL stage (axolotl `rl:`, LLaMA-Factory `stage:`): both
+# subclass trl's trainer of that name (axolotl core/trainers/dpo, LLaMA-Factory train/dpo/trainer.py).
+_RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "kto": "KTOTrainer", "orpo": "ORPOTrainer",
+                "grpo": "GRPOTrainer", "simpo": "CPOTrainer"}
+_NO_DEFAULT_SAVE = "whether the tool writes checkpoints is left to its defaults (no save_strategy/save_steps written)"
+
+
+def job_facts(job) -> dict[str, Fact]:
+    """The job's own settings as facts, each at its YAML line (its FSDP settings come as launch facts)."""
+    facts: dict[str, Fact] = {}
+    for fact, keys in _JOB_KEYS.get(job.tool, {}).items():
+        for key in keys:
+            s = job.get(key)
+            if s is not None and s.value is not None:
+                facts[fact] = Fact(_truthy(s.value), s)
+                break
+    if job.quant is not None:
+        facts["quant_bits"] = Fact(job.quant.bits, job.quant.setting)
+        if job.quant.storage:
+            facts["quant_storage"] = Fact(job.quant.storage, job.quant.storage_setting or job.quant.setting)
+    if job.adapter is not None:
+        method = str(job.adapter.value or "").strip().lower()
+        if method in ("lora", "qlora"):
+            facts["peft"] = Fact(True, job.adapter)
+            facts["peft_method"] = Fact("lora", job.adapter)
+    stage = job.get("rl") if job.tool == "axolotl" else job.get("stage")
+    if stage is not None and str(stage.value).strip().lower() in _RL_TRAINERS:
+        facts["trainer"] = Fact(_RL_TRAINERS[str(stage.value).strip().lower()], stage)
+    resume = job.get("resume_from_checkpoint")
+    if resume is not None and resume.value not in (None, False, ""):
+        facts["loads_state"] = Fact(True, resume)
+    # Both tools train with a transformers Trainer, which writes checkpoints unless told not to.
+    strategy = facts.get("save_strategy")
+    if strategy is None or str(strategy.value).lower() != "no":
+        written = strategy.site if strategy is not None else job.get("save_steps")
+        site = written or job.model
+        if site is not None:
+            likely = "" if written is not None else _NO_DEFAULT_SAVE
+            facts["saves_model"] = Fact(True, site, likely)
+            only = facts.get("save_only_model")
+            if only is None or only.value is not True:
+                facts["saves_optimizer_state"] = Fact(True, site, likely)
+    return facts

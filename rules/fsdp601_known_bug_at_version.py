@@ -1,8 +1,18 @@
-from fsdplint import advisories
+import os
+import re
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from fsdplint import advisories, versions
 from fsdplint.advisories import predicate
-from fsdplint.findings import Severity
+from fsdplint.findings import Position, Related, Severity
+from fsdplint.launch import Setting
 from fsdplint.rule import Invalid, Rule, Valid
-from fsdplint.rules._advisory_facts import script_facts
+from fsdplint.rules._advisory_facts import job_facts, script_facts
+from fsdplint.rules._jobs import job_of
+from fsdplint.toolconfigs.defaults import TOOL_PACKAGES
 
 YAML_FSDP2 = """\
 distributed_type: FSDP
@@ -71,8 +81,21 @@ class KnownBugAtVersion(Rule):
 
     ## Versions
     Each advisory names its affected releases; an advisory whose boundary was not read at both adjacent
-    releases is marked unverified and only warns. An unknown version (not declared, locked or installed)
-    reports nothing; a version the code only proves as a lower bound reports a warning.
+    releases is marked unverified and only warns. A version the code only proves as a lower bound, or a
+    declared range that also admits the fixed release (`accelerate>=1.11`), reports a warning.
+
+    An unknown version (not declared, locked or installed) reports a warning that names the affected range,
+    the fixed release and what decides it (a pin, or `--target-version LIB=X`), once per advisory and file,
+    and only when nothing else is uncertain: a trigger that is only likely (a setting under an undecidable
+    `if`), an unconfirmed range, a degrading (not breaking) bug, or a second library of the trigger whose
+    version is unknown too (accelerate and torch both undeclared) report nothing.
+
+    Where the affected version comes from a pin (a `requirements*.txt` line, a pyproject dependency, a
+    lock file entry), the pin's line is reported too, once, with the triggering setting as its related
+    location. Advisories of a training tool (axolotl, LLaMA-Factory) apply to that tool's YAML jobs: their
+    facts (optimizer, gradient accumulation, quantization, adapter, RL stage, FSDP settings) are read from
+    the YAML, the finding sits on the YAML line, and the tool's version is its declared or installed one, or
+    the checkout's own (axolotl's VERSION file, LLaMA-Factory's extras/env.py).
 
     ## References
     - fsdplint/advisories/data/ (one file per advisory, with its citations)
@@ -98,8 +121,21 @@ class KnownBugAtVersion(Rule):
         ),
         # A 32-bit optimizer.
         Valid(_FSDP1_8BIT_OPTIM.replace("paged_adamw_8bit", "adamw_torch"), target={"bitsandbytes": "0.49.1"}),
-        # The version is unknown: nothing is reported on a guess.
-        Valid(_FSDP1_8BIT_OPTIM),
+        # The version is unknown and the trigger only likely (written under an `if` fsdplint cannot decide):
+        # two unknowns are a guess, nothing is reported.
+        Valid(
+            """
+            import os
+            from accelerate import Accelerator
+            def setup(cfg):
+                os.environ["ACCELERATE_USE_FSDP"] = "true"
+                os.environ["FSDP_VERSION"] = "2"
+                os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"
+                if cfg.offload_params:
+                    os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
+                return Accelerator().prepare(model)
+            """,
+        ),
         # accelerate 1.12 with torch 2.7: the argument exists.
         Valid(_PREPARED, target={"accelerate": "1.12.0", "torch": "2.7"}, options={"accelerate_config": YAML_FSDP2}),
         # accelerate 1.13 on torch 2.6: it passes the argument only on torch >= 2.7.
@@ -107,6 +143,8 @@ class KnownBugAtVersion(Rule):
     ]
     INVALID = [
         Invalid(_FSDP1_8BIT_OPTIM, target={"bitsandbytes": "0.49.1"}, line=2),
+        # The version is unknown but the trigger certain: a warning that says what to declare.
+        Invalid(_FSDP1_8BIT_OPTIM, line=2, severity="warning"),
         # A bitsandbytes optimizer class under an FSDP1 wrap.
         Invalid(
             """
@@ -125,47 +163,62 @@ class KnownBugAtVersion(Rule):
     ]
 
     def check(self, ctx) -> None:
+        job = job_of(ctx)
         facts = script_facts(ctx.analysis)
+        if job is not None:
+            facts.update(job_facts(job))
         if not facts:
             return
         values = {k: f.value for k, f in facts.items()}
         by_site: dict = {}
+        pins: dict = {}  # (pin file, line) -> [(message, likely, trigger)]
         for adv in advisories.load():
             if not predicate.holds(adv.when, values):
                 continue
-            likely = []  # what makes the finding a warning rather than an error
-            tv = ctx.version(adv.library)
-            if tv.kind == "unknown" or not adv.applies_to(tv.version):
-                continue
-            if not tv.known:
-                likely.append(f"{tv.describe()} is only a lower bound")
-            others = []
-            ok = True
-            for lib, spec in adv.when.get("versions", {}).items():
-                ov = ctx.version(lib)
-                if ov.kind == "unknown" or not predicate_version(spec, ov.version):
-                    ok = False
-                    break
-                if not ov.known:
-                    likely.append(f"{ov.describe()} is only a lower bound")
-                others.append(ov.describe())
-            if not ok:
+            trigger_likely = [facts[k].likely for k in adv.when if k in facts and facts[k].likely]
+            found = _versions_affected(ctx, adv, job)
+            if found is None:
+                continue  # a known version outside the affected range
+            main, others, unknown, likely = found
+            fact = facts[adv.report_at]
+            fixed = (f"Fixed in {adv.library} {adv.fixed}: " if adv.fixed else "No release fixes it yet: ")
+            if unknown:
+                # The trigger is written but a version is not declared: worth a warning only when nothing
+                # else is uncertain (a likely trigger, an unconfirmed range or a second unknown library on top
+                # of an unknown version would be a guess).
+                if trigger_likely or likely or not adv.verified or adv.severity == "warning" or len(unknown) > 1:
+                    continue
+                declare = "; ".join(
+                    f"declare the {lib} version: pin it in requirements / pyproject or pass --target-version {lib}=X"
+                    for lib in unknown)
+                ranges = adv.describe_range() + "".join(
+                    f" with {lib} {spec}" for lib, spec in adv.when.get("versions", {}).items())
+                message = (f"{adv.summary} (known bug {adv.id}) The job's settings set it off, but "
+                           f"{' and '.join(unknown)} {'has' if len(unknown) == 1 else 'have'} no known version "
+                           f"here; affected: {ranges}; users see: {adv.error}. {fixed}{adv.fix} To decide: "
+                           f"{declare}.")
+                by_site.setdefault(id(fact.site), (fact.site, []))[1].append((message, True))
                 continue
             if not adv.verified:
                 likely.append("the advisory's affected range was not confirmed by reading both adjacent releases")
             if adv.severity == "warning":
                 likely.append("the bug degrades the run rather than breaking it")
-            likely += [facts[k].likely for k in adv.when if k in facts and facts[k].likely]
-            fact = facts[adv.report_at]
-            fixed = (f"Fixed in {adv.library} {adv.fixed}: " if adv.fixed else "No release fixes it yet: ")
+            likely += trigger_likely
+            warn = f" (A warning: {'; '.join(dict.fromkeys(likely))}.)" if likely else ""
             message = (
                 # The advisory's summary first: concise output keeps a message's first clause.
-                f"{adv.summary} (known bug {adv.id}) The job runs {tv.describe()}"
+                f"{adv.summary} (known bug {adv.id}) The job runs {main.describe()}"
                 + (f" with {', '.join(others)}" if others else "")
-                + f", affected ({adv.describe_range()}); users see: {adv.error}. {fixed}{adv.fix}"
-                + (f" (A warning: {'; '.join(dict.fromkeys(likely))}.)" if likely else "")
+                + f", affected ({adv.describe_range()}); users see: {adv.error}. {fixed}{adv.fix}{warn}"
             )
             by_site.setdefault(id(fact.site), (fact.site, []))[1].append((message, bool(likely)))
+            pin = versions.pin_site(adv.library, ctx.path, ctx.options.get("project_root"))
+            if pin is not None and main.kind in ("lock", "declared"):
+                at = (
+                    f"{adv.summary} (known bug {adv.id}) This pin selects {main.describe()}, affected "
+                    f"({adv.describe_range()}), and the job's settings set it off (the related location); "
+                    f"users see: {adv.error}. {fixed}{adv.fix}{warn}")
+                pins.setdefault(pin, []).append((at, bool(likely), fact.site))
         # One finding per place (the engine keeps one per code and line): several advisories set off by the
         # same setting are one finding naming each; an error when any of them is certain.
         for site, found in by_site.values():
@@ -175,9 +228,89 @@ class KnownBugAtVersion(Rule):
                 ctx.report_setting(site, message, severity=severity)
             else:
                 ctx.report(site, message, severity=severity)
+        # The pin that selects the affected release, reported once (the same message from each file that
+        # sets the bug off is one finding), with the triggering setting as its related location.
+        for (pin_path, row), found in pins.items():
+            message = " Also ".join(m for m, _, _ in found)
+            severity = Severity.WARNING if all(likely for _, likely, _ in found) else None
+            ctx.report_pin(Setting("requirement", None, _shown(ctx, pin_path), row), message,
+                           _related(ctx, found[0][2]), severity=severity)
 
 
-def predicate_version(spec: str, version) -> bool:
-    from packaging.specifiers import SpecifierSet
+def _shown(ctx, pin: Path) -> str:
+    """The pin file named as the linted file is (relative to the working directory, or absolute)."""
+    if os.path.isabs(ctx.filename):
+        return str(pin)
+    try:
+        return os.path.relpath(pin)
+    except ValueError:
+        return str(pin)
 
-    return SpecifierSet(spec).contains(version, prereleases=True)
+
+def _related(ctx, site) -> Related:
+    """The triggering setting as a related location: its script line, or its YAML line."""
+    node = getattr(site, "node", site) if hasattr(site, "filename") else site
+    if node is not None:
+        start, end = ctx.positions.range(node)
+        return Related(ctx.filename, start, end, "the setting that sets the bug off")
+    return Related(site.filename, Position(site.line, 1), Position(site.line, 1), "the setting that sets the bug off")
+
+
+_NOT_THIS_JOB = object()
+
+
+def _tool_version(lib: str, job):
+    """A training tool's version for its own job (declared, installed or the checkout's own), else nothing
+    applies: an axolotl advisory is about axolotl jobs."""
+    if job is None or job.tool != lib:
+        return _NOT_THIS_JOB
+    if job.tool_version is None:
+        return versions.TargetVersion(lib, Version("0"), "unknown", "unknown")
+    return job.tool_version
+
+
+def _versions_affected(ctx, adv, job):
+    """(the library's version, the other libraries' descriptions, libraries with no known version, reasons the
+    versions are only likely), or None when a known version lies outside the affected range."""
+    main = None
+    others, unknown, likely = [], [], []
+    wanted = [(adv.library, adv.affected)] + [(lib, SpecifierSet(spec)) for lib, spec in adv.when.get("versions", {}).items()]
+    for lib, spec in wanted:
+        tv = _tool_version(lib, job) if lib in TOOL_PACKAGES else ctx.version(lib)
+        if tv is _NOT_THIS_JOB:
+            return None
+        if lib == adv.library:
+            main = tv
+        if tv.kind == "unknown":
+            unknown.append(lib)
+            continue
+        if not spec.contains(tv.version, prereleases=True):
+            return None
+        if not tv.known:
+            likely.append(f"{tv.describe()} is only a lower bound")
+        elif lib == adv.library and adv.fixed is not None:
+            req = _requirement(tv)
+            if req is not None and req.contains(adv.fixed, prereleases=True):
+                likely.append(f"{tv.source} also admits {lib} {adv.fixed}, which fixes it; pin "
+                              f"`{lib}>={adv.fixed}` to rule the affected releases out")
+        if lib != adv.library:
+            others.append(tv.describe())
+    return main, others, unknown, likely
+
+
+def _requirement(tv):
+    """The specifier of a declared requirement (`requirements.txt: accelerate>=1.11`), None for an exact
+    pin or a version read elsewhere."""
+    if tv.kind != "declared" or ": " not in tv.source:
+        return None
+    text = tv.source.split(": ", 1)[1].split(";", 1)[0].split("#", 1)[0].strip()
+    m = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*\s*(\[[^\]]*\])?\s*(.*)$", text)
+    if not m or not m.group(2):
+        return None
+    try:
+        spec = SpecifierSet(m.group(2).strip("() "))
+    except InvalidSpecifier:
+        return None
+    if any(s.operator in ("==", "===") and "*" not in s.version for s in spec):
+        return None  # one release
+    return spec

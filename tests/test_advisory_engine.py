@@ -1,0 +1,198 @@
+"""FSDP601's engine: unknown versions, declared ranges, the finding at the pin, and training-tool YAML jobs."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from fsdplint.cli import main
+from fsdplint.registry import all_rules
+from fsdplint.rule import Valid
+from rule_harness import lint_example
+
+RULE = next(r for r in all_rules() if r.code == "FSDP601")
+STATE_FSDP1 = "bitsandbytes-8bit-optim-state-fsdp1"
+CPU_OFFLOAD = "bitsandbytes-8bit-optim-cpu-offload"
+IGNORED_PARAMS = "accelerate-fsdp2-ignored-params-old-torch"
+
+# An FSDP1 wrap, a bitsandbytes 8-bit optimizer and a save of its state: the FSDP1 optimizer-state advisory.
+FSDP1_SAVE = """\
+import bitsandbytes as bnb
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+model = FSDP(model, use_orig_params=True)
+optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=1e-4)
+torch.save(FSDP.optim_state_dict(model, optimizer), "optim.pt")
+"""
+PREPARED = """\
+from accelerate import Accelerator
+accelerator = Accelerator()
+model = accelerator.prepare(model)
+"""
+FSDP2_YAML = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+
+
+def _hits(code, advisory, **kw):
+    return [f for f in lint_example(RULE, Valid(code, **kw)) if advisory in f.message]
+
+
+def _check(*paths):
+    r = CliRunner().invoke(main, ["check", *map(str, paths), "--select", "FSDP601", "--output-format", "json",
+                                  "--exit-zero", "--isolated"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def _project(tmp_path: Path, files: dict) -> Path:
+    (tmp_path / ".git").mkdir(parents=True)
+    for name, text in files.items():
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_unknown_version_warns_with_the_range_and_what_decides_it():
+    found = _hits(FSDP1_SAVE, STATE_FSDP1)
+    assert len(found) == 1 and found[0].severity.value == "warning" and found[0].start.row == 5
+    msg = found[0].message
+    assert "bitsandbytes before 0.49.2" in msg and "Fixed in bitsandbytes 0.49.2" in msg
+    assert "--target-version bitsandbytes=X" in msg and "pin it in requirements" in msg
+
+
+def test_unknown_second_library_is_named_and_two_unknowns_are_silent():
+    yaml = {"accelerate_config": FSDP2_YAML}
+    found = _hits(PREPARED, IGNORED_PARAMS, target={"accelerate": "1.11.0"}, options=yaml)
+    assert found and found[0].severity.value == "warning" and "--target-version torch=X" in found[0].message
+    assert "--target-version accelerate" not in found[0].message
+    assert not _hits(PREPARED, IGNORED_PARAMS, target={"accelerate": "1.13.0"}, options=yaml)  # known and fixed
+    assert not _hits(PREPARED, IGNORED_PARAMS, options=yaml)  # neither version known: a guess
+
+
+def test_unknown_version_with_a_likely_trigger_is_silent():
+    adv = "accelerate-fsdp2-ram-efficient-loading-cpu-offload"
+    code = """\
+import os
+from accelerate import Accelerator
+def setup(cfg):
+    os.environ["ACCELERATE_USE_FSDP"] = "true"
+    os.environ["FSDP_VERSION"] = "2"
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"
+    if cfg.offload_params:
+        os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
+    return Accelerator().prepare(model)
+"""
+    assert _hits(code, adv, target={"accelerate": "1.12.0"})  # a known version: the likely trigger warns
+    assert not _hits(code, adv)  # likely trigger and unknown version: nothing
+    certain = code.replace("    if cfg.offload_params:\n        os.environ", "    os.environ")
+    found = _hits(certain, adv)
+    assert found and all(f.severity.value == "warning" for f in found)
+    assert "--target-version accelerate=X" in found[0].message
+
+
+def test_declared_range_that_admits_the_fix_is_a_warning(tmp_path):
+    for req, severity in (("bitsandbytes>=0.48\n", "warning"), ("bitsandbytes>=0.48,<0.49.2\n", "error"),
+                          ("bitsandbytes==0.49.1\n", "error")):
+        root = _project(tmp_path / severity / req.count(",").__str__(), {"train.py": FSDP1_SAVE,
+                                                                          "requirements.txt": req})
+        found = [f for f in _check(root / "train.py") if STATE_FSDP1 in f["message"]]
+        at_script = [f for f in found if f["filename"].endswith("train.py")]
+        assert len(at_script) == 1 and at_script[0]["severity"] == severity, (req, found)
+        if severity == "warning":
+            assert "also admits bitsandbytes 0.49.2" in at_script[0]["message"]
+
+
+def test_pin_is_reported_once_with_the_trigger_as_related(tmp_path):
+    root = _project(tmp_path, {
+        "a.py": FSDP1_SAVE, "sub/b.py": FSDP1_SAVE,
+        "requirements.txt": "torch==2.6.0\n# optimizers\nbitsandbytes==0.49.1  # 8-bit Adam\n",
+    })
+    found = _check(root)
+    pins = [f for f in found if f["filename"].endswith("requirements.txt")]
+    assert len(pins) == 1 and pins[0]["location"]["row"] == 3 and STATE_FSDP1 in pins[0]["message"]
+    assert pins[0]["severity"] == "error"
+    assert pins[0]["related"][0]["filename"].endswith(("a.py", "b.py")) and pins[0]["related"][0]["location"]["row"] == 5
+    # The fixed release: neither the script nor the pin.
+    fixed = _project(tmp_path / "fixed", {"a.py": FSDP1_SAVE, "requirements.txt": "bitsandbytes==0.49.2\n"})
+    assert not [f for f in _check(fixed) if STATE_FSDP1 in f["message"]]
+
+
+def test_pin_in_pyproject_and_lock_file(tmp_path):
+    pyproject = '[project]\nname = "job"\nversion = "0.1"\ndependencies = [\n  "torch>=2.6",\n  "bitsandbytes==0.49.1",\n]\n'
+    root = _project(tmp_path / "py", {"train.py": FSDP1_SAVE, "pyproject.toml": pyproject})
+    pins = [f for f in _check(root) if f["filename"].endswith("pyproject.toml")]
+    assert [p["location"]["row"] for p in pins] == [6]
+    lock = ('version = 1\n\n[[package]]\nname = "torch"\nversion = "2.6.0"\n\n'
+            '[[package]]\nname = "bitsandbytes"\nversion = "0.49.1"\n')
+    root = _project(tmp_path / "uv", {"train.py": FSDP1_SAVE, "pyproject.toml": pyproject.replace("==0.49.1", ">=0.45"),
+                                      "uv.lock": lock})
+    found = _check(root)
+    pins = [f for f in found if f["filename"].endswith("uv.lock")]
+    assert [p["location"]["row"] for p in pins] == [8], found
+    assert not [f for f in found if f["filename"].endswith("pyproject.toml")]
+
+
+def test_noqa_on_the_pin_line(tmp_path):
+    root = _project(tmp_path, {"a.py": FSDP1_SAVE, "requirements.txt": "bitsandbytes==0.49.1  # noqa: FSDP601\n"})
+    found = _check(root)
+    assert not [f for f in found if f["filename"].endswith("requirements.txt")]
+    assert [f for f in found if f["filename"].endswith("a.py")]
+
+
+AXOLOTL = """\
+base_model: meta-llama/Llama-3.1-8B
+load_in_4bit: true
+adapter: qlora
+lora_r: 16
+lora_target_linear: true
+sequence_len: 2048
+micro_batch_size: 1
+optimizer: paged_adamw_8bit
+fsdp_version: 2
+fsdp_config:
+  offload_params: true
+"""
+LLAMAFACTORY = """\
+model_name_or_path: meta-llama/Llama-3.1-8B
+stage: sft
+finetuning_type: lora
+lora_target: all
+template: llama3
+optim: adamw_bnb_8bit
+fsdp: full_shard offload auto_wrap
+"""
+
+
+def test_tool_yaml_facts_trigger_at_the_yaml_line(tmp_path):
+    for name, text, row in (("axolotl.yml", AXOLOTL, 8), ("lf.yaml", LLAMAFACTORY, 6)):
+        root = _project(tmp_path / name, {name: text, "requirements.txt": "bitsandbytes==0.49.1\n"})
+        found = [f for f in _check(root / name) if CPU_OFFLOAD in f["message"]]
+        at = {(Path(f["filename"]).name, f["location"]["row"]) for f in found}
+        assert at == {(name, row), ("requirements.txt", 1)}, found
+        fixed = _project(tmp_path / "fixed" / name, {name: text, "requirements.txt": "bitsandbytes==0.50.0\n"})
+        assert not [f for f in _check(fixed / name) if CPU_OFFLOAD in f["message"]]
+        # No offload: the optimizer steps on the GPU.
+        on_gpu = text.replace("  offload_params: true\n", "  reshard_after_forward: true\n").replace(" offload", "")
+        root = _project(tmp_path / "gpu" / name, {name: on_gpu, "requirements.txt": "bitsandbytes==0.49.1\n"})
+        assert not [f for f in _check(root / name) if CPU_OFFLOAD in f["message"]]
+
+
+def test_tool_version_of_the_checkout_itself(tmp_path):
+    # A checkout of LLaMA-Factory: hatch reads its version from extras/env.py.
+    root = _project(tmp_path, {
+        "pyproject.toml": '[project]\nname = "llamafactory"\ndynamic = ["version"]\n'
+                          '[tool.hatch.version]\npath = "src/llamafactory/extras/env.py"\n',
+        "src/llamafactory/extras/env.py": 'VERSION = "0.9.4.dev0"\n',
+    })
+    from fsdplint.toolconfigs.defaults import tool_version
+
+    tv = tool_version("llamafactory", root / "examples" / "x.yaml", use_installed=False)
+    assert tv is not None and str(tv.version) == "0.9.4" and "env.py" in tv.source
+    (root / "pyproject.toml").write_text('[project]\nname = "axolotl"\ndynamic = ["version"]\n'
+                                         '[tool.setuptools.dynamic]\nversion = { file = "VERSION" }\n')
+    (root / "VERSION").write_text("0.12.2\n")
+    tv = tool_version("axolotl", root / "examples" / "x.yaml", use_installed=False)
+    assert tv is not None and str(tv.version) == "0.12.2"
