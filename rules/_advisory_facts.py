@@ -258,6 +258,25 @@ def job_facts(job) -> dict[str, Fact]:
         if method in ("lora", "qlora"):
             facts["peft"] = Fact(True, job.adapter)
             facts["peft_method"] = Fact("lora", job.adapter)
+    if job.tool == "llamafactory":
+        # LLaMA-Factory checkpoints gradients unless told not to, reentrant by default (hparams/model_args.py
+        # disable_gradient_checkpointing=False, use_reentrant_gc=True).
+        off = job.get("disable_gradient_checkpointing")
+        if off is None or _truthy(off.value) is not True:
+            site = off or job.model
+            facts.setdefault("gradient_checkpointing", Fact(True, site))
+            reentrant = job.get("use_reentrant_gc")
+            if reentrant is None or _truthy(reentrant.value) is not False:
+                facts["reentrant_checkpointing"] = Fact(True, reentrant or site)
+    elif job.tool == "axolotl":
+        kwargs = job.get("gradient_checkpointing_kwargs")
+        gc = facts.get("gradient_checkpointing")
+        if gc is not None and gc.value not in (False, None) and kwargs is not None and isinstance(kwargs.value, dict):
+            if _truthy(kwargs.value.get("use_reentrant")) is True:
+                facts["reentrant_checkpointing"] = Fact(True, kwargs)
+        final = job.launch.get("final_state_dict_type") if job.launch is not None else None
+        if final is not None and final.value is not None:
+            facts["final_state_dict_type"] = Fact(final.value, final)
     stage = job.get("rl") if job.tool == "axolotl" else job.get("stage")
     if stage is not None and str(stage.value).strip().lower() in _RL_TRAINERS:
         facts["trainer"] = Fact(_RL_TRAINERS[str(stage.value).strip().lower()], stage)

@@ -215,7 +215,8 @@ class KnownBugAtVersion(Rule):
             pin = versions.pin_site(adv.library, ctx.path, ctx.options.get("project_root"))
             if pin is not None and main.kind in ("lock", "declared"):
                 at = (
-                    f"{adv.summary} (known bug {adv.id}) This pin selects {main.describe()}, affected "
+                    f"{adv.summary} (known bug {adv.id}) This "
+                    f"{'requirement admits' if _requirement(main) is not None else 'pin selects'} {main.describe()}, affected "
                     f"({adv.describe_range()}), and the job's settings set it off (the related location); "
                     f"users see: {adv.error}. {fixed}{adv.fix}{warn}")
                 pins.setdefault(pin, []).append((at, bool(likely), fact.site))

@@ -17,6 +17,16 @@ def settings_for(rule: type[Rule], example: Valid, fix: str | None = None) -> Se
         from fsdplint.launchers import launches_from_command
 
         options["launches"] = launches_from_command(options.pop("launch_command"))
+    if "tool_config" in options:
+        # An axolotl / LLaMA-Factory YAML job: the rules see it as the engine's YAML lint does.
+        import textwrap
+
+        from fsdplint.toolconfigs.read import read_job
+
+        job = read_job(textwrap.dedent(options.pop("tool_config")).lstrip("\n"), "job.yml",
+                       explicit=dict(example.target), use_installed=False)
+        assert job is not None, "the example's tool_config is no axolotl / LLaMA-Factory config"
+        options.update(job=job, launch=job.launch, discover_launch=False)
     return Settings(
         select=[rule.code],
         targets=dict(example.target),

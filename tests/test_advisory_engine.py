@@ -196,3 +196,17 @@ def test_tool_version_of_the_checkout_itself(tmp_path):
     (root / "VERSION").write_text("0.12.2\n")
     tv = tool_version("axolotl", root / "examples" / "x.yaml", use_installed=False)
     assert tv is not None and str(tv.version) == "0.12.2"
+
+
+def test_llamafactory_reentrant_checkpointing_default_and_its_workaround(tmp_path):
+    adv = "llamafactory-fsdp2-reentrant-gradient-checkpointing"
+    yaml = ("model_name_or_path: meta-llama/Llama-3.1-8B\nstage: sft\nfinetuning_type: lora\nlora_target: all\n"
+            "template: llama3\nfsdp: full_shard auto_wrap\nfsdp_config:\n  version: 2\n")
+    for name, text, expected in (("default", yaml, True), ("off", yaml + "use_reentrant_gc: false\n", False),
+                                 ("no-gc", yaml + "disable_gradient_checkpointing: true\n", False),
+                                 ("fsdp1", yaml.replace("  version: 2\n", "  version: 1\n"), False)):
+        root = _project(tmp_path / name, {"lf.yaml": text, "requirements.txt": "llamafactory==0.9.3\n"})
+        found = [f for f in _check(root / "lf.yaml") if adv in f["message"]]
+        assert bool(found) is expected, (name, found)
+        if found:
+            assert found[0]["severity"] == "warning" and found[0]["location"]["row"] == 8

@@ -43,6 +43,8 @@ FACTS: dict[str, str] = {
     "transformer_layer_cls_to_wrap": "fsdp_transformer_layer_cls_to_wrap",
     "use_orig_params": "fsdp_use_orig_params",
     "torch_compile": "TrainingArguments torch_compile",
+    "reentrant_checkpointing": "true when gradient checkpointing is on and reentrant: LLaMA-Factory's default (use_reentrant_gc: true unless disable_gradient_checkpointing), axolotl gradient_checkpointing_kwargs use_reentrant",
+    "final_state_dict_type": "axolotl fsdp_config.final_state_dict_type: the state dict type of the final save (else state_dict_type)",
     "saves_optimizer_state": "true when the job saves optimizer state: a Trainer writing checkpoints (save_strategy not \"no\", save_only_model not set), accelerator.save_state, FSDP.optim_state_dict / get_optimizer_state_dict",
 }
 OPS = ("matches", "in", "not", "gt", "ge", "lt", "le", "absent")
