@@ -25,6 +25,20 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z])(\d+bit)$", r"_\1", s).lower()
 
 
+def optimizer_library(name: Any) -> Any:
+    """The library whose optimizer a TrainingArguments/axolotl name runs: torchao's low-bit AdamW
+    (adamw_torch_4bit, adamw_torch_8bit, adamw_torch_fp8), bitsandbytes' (adamw_bnb_8bit, adamw_8bit,
+    paged_*, lion_8bit, rmsprop_bnb, ademamix), else None (torch's own, or a name not known here)."""
+    if not isinstance(name, str):
+        return None
+    n = name.strip().lower()
+    if re.fullmatch(r"adamw_torch_(4bit|8bit|fp8)|.*torchao.*", n):
+        return "torchao"
+    if re.search(r"bnb|paged|(^|_)(8bit|32bit)$|^(lion|ademamix)", n):
+        return "bitsandbytes"
+    return None
+
+
 _TRUE_SETTINGS = {
     # fact -> launch setting keys (after accelerate's fsdp_ prefix is dropped)
     "offload": ("offload_params",),

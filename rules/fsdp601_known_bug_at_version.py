@@ -10,7 +10,7 @@ from fsdplint.advisories import predicate
 from fsdplint.findings import Position, Related, Severity
 from fsdplint.launch import Setting
 from fsdplint.rule import Invalid, Rule, Valid
-from fsdplint.rules._advisory_facts import job_facts, script_facts
+from fsdplint.rules._advisory_facts import job_facts, optimizer_library, script_facts
 from fsdplint.rules._jobs import job_of
 from fsdplint.toolconfigs.defaults import TOOL_PACKAGES
 
@@ -175,11 +175,16 @@ class KnownBugAtVersion(Rule):
         for adv in advisories.load():
             if not predicate.holds(adv.when, values):
                 continue
+            if "optim" in adv.when and optimizer_library(values.get("optim")) not in (None, adv.library):
+                continue  # another library's optimizer (torchao's adamw_torch_8bit is no bitsandbytes one)
             trigger_likely = [facts[k].likely for k in adv.when if k in facts and facts[k].likely]
             found = _versions_affected(ctx, adv, job)
             if found is None:
                 continue  # a known version outside the affected range
             main, others, unknown, likely = found
+            replaced = _replaced_by_tool(adv, job)
+            if replaced:
+                likely.append(replaced)
             fact = facts[adv.report_at]
             fixed = (f"Fixed in {adv.library} {adv.fixed}: " if adv.fixed else "No release fixes it yet: ")
             if unknown:
@@ -236,6 +241,16 @@ class KnownBugAtVersion(Rule):
             severity = Severity.WARNING if all(likely for _, likely, _ in found) else None
             ctx.report_pin(Setting("requirement", None, _shown(ctx, pin_path), row), message,
                            _related(ctx, found[0][2]), severity=severity)
+
+
+def _replaced_by_tool(adv, job) -> str:
+    """Why an accelerate FSDP2 advisory is only likely on a training tool's job: axolotl swaps in its own
+    fsdp2_prepare_model, fsdp2_load_full_state_dict and get_state_dict (monkeypatch/accelerate/fsdp2.py
+    patch_accelerate_fsdp2, applied for fsdp_version 2), so accelerate's code with the bug may not run."""
+    if job is None or job.tool != "axolotl" or adv.library != "accelerate" or job.fsdp_version != 2:
+        return ""
+    return ("axolotl replaces accelerate's FSDP2 preparation and state-dict loading with its own "
+            "(monkeypatch/accelerate/fsdp2.py); whether the bug survives that patch was not read")
 
 
 def _shown(ctx, pin: Path) -> str:

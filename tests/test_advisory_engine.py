@@ -210,3 +210,30 @@ def test_llamafactory_reentrant_checkpointing_default_and_its_workaround(tmp_pat
         assert bool(found) is expected, (name, found)
         if found:
             assert found[0]["severity"] == "warning" and found[0]["location"]["row"] == 8
+
+
+def test_torchao_low_bit_optimizer_is_no_bitsandbytes_optimizer(tmp_path):
+    for optim, expected in (("adamw_torch_8bit", False), ("adamw_bnb_8bit", True), ("paged_adamw_8bit", True)):
+        text = AXOLOTL.replace("paged_adamw_8bit", optim)
+        root = _project(tmp_path / optim, {"axolotl.yml": text, "requirements.txt": "bitsandbytes==0.49.1\n"})
+        found = [f for f in _check(root / "axolotl.yml") if CPU_OFFLOAD in f["message"]]
+        assert bool(found) is expected, (optim, found)
+    script = ('from transformers import Trainer, TrainingArguments\n'
+              'args = TrainingArguments("out", fsdp="full_shard offload auto_wrap", optim="adamw_torch_8bit")\n'
+              'Trainer(model=model, args=args).train()\n')
+    assert not _hits(script, CPU_OFFLOAD, target={"bitsandbytes": "0.49.1"})
+    assert _hits(script.replace("adamw_torch_8bit", "adamw_8bit"), CPU_OFFLOAD, target={"bitsandbytes": "0.49.1"})
+
+
+def test_accelerate_fsdp2_advisory_on_an_axolotl_job_only_warns(tmp_path):
+    adv = "accelerate-fsdp2-size-based-wrap-numel"
+    text = AXOLOTL.replace("  offload_params: true\n", "  auto_wrap_policy: SIZE_BASED_WRAP\n")
+    root = _project(tmp_path, {"axolotl.yml": text, "requirements.txt": "accelerate==1.6.0\n"})
+    found = [f for f in _check(root / "axolotl.yml") if adv in f["message"]]
+    assert found and all(f["severity"] == "warning" for f in found)
+    assert "axolotl replaces accelerate's FSDP2 preparation" in found[0]["message"]
+    # The same settings in an accelerate config of a script: accelerate's own code runs, an error.
+    code = PREPARED
+    yaml = FSDP2_YAML + "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n"
+    found = _hits(code, adv, target={"accelerate": "1.6.0"}, options={"accelerate_config": yaml})
+    assert found and found[0].severity.value == "error"
