@@ -164,9 +164,30 @@ def script_facts(a) -> dict[str, Fact]:
             fact = Fact(True, call.node, likely)
             if "toggles_adapters" not in facts or (facts["toggles_adapters"].likely and not likely):
                 facts["toggles_adapters"] = fact
+    if launch is not None and "mixed_precision" not in facts:
+        mp = launch.get("mixed_precision")
+        if mp is not None and isinstance(mp.value, str):
+            facts["mixed_precision"] = fact_of(mp)
+        for key in ("bf16", "fp16"):
+            s = launch.get(key)
+            if "mixed_precision" not in facts and s is not None and _truthy(s.value) is True:
+                facts["mixed_precision"] = Fact(key, s, _CONDITIONAL if id(s.node) in conditional else "")
+    for call in a.calls("Accelerator"):
+        mp = call.kw("mixed_precision")
+        value = a.value(mp, call.scope) if mp is not None else None
+        if under_fsdp(call) and isinstance(value, str):
+            facts.setdefault("mixed_precision", Fact(value, mp))
+    for call in a.all_calls:
+        if (call.qualname or call.func or "").rsplit(".", 1)[-1] in ("set_model_state_dict", "set_state_dict") \
+                and under_fsdp(call) and re.search(r"broadcast_from_rank0\s*=\s*True", a.code(call.node)):
+            facts.setdefault("broadcast_from_rank0", Fact(True, call.node))
     for call in a.calls("LoraConfig"):
         if not under_fsdp(call):
             continue
+        targets = call.kw("target_modules")
+        names = a.value(targets, call.scope) if targets is not None else None
+        if isinstance(names, (list, tuple, set)) and any(isinstance(n, str) and _EMBEDDING.search(n) for n in names):
+            facts.setdefault("lora_targets_embedding", Fact(True, call.kwarg("target_modules")))
         tokens = call.kw("trainable_token_indices")
         if tokens is not None and a.value(tokens, call.scope) is not None:
             facts.setdefault("lora_trainable_tokens", Fact(True, call.kwarg("trainable_token_indices")))
@@ -197,6 +218,8 @@ def script_facts(a) -> dict[str, Fact]:
     return facts
 
 
+# The embedding layers' names in the architectures fsdplint knows (LoRA on them makes lora_embedding_A/B).
+_EMBEDDING = re.compile(r"(^|\.)(embed_tokens|wte|word_embeddings|tok_embeddings|embed_in|shared)$")
 _ADAPTER_TOGGLES = ("disable_adapter", "set_adapter", "enable_adapter_layers", "disable_adapter_layers")
 _OPTIM_SAVES = ("optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict", "get_optimizer_state_dict",
                 "get_state_dict")
@@ -291,6 +314,13 @@ def job_facts(job) -> dict[str, Fact]:
         final = job.launch.get("final_state_dict_type") if job.launch is not None else None
         if final is not None and final.value is not None:
             facts["final_state_dict_type"] = Fact(final.value, final)
+    for key in ("bf16", "fp16"):
+        s = job.get(key)
+        v = _truthy(s.value) if s is not None else None
+        if s is not None and (v is True or (key == "bf16" and isinstance(v, str) and v.strip().lower() == "auto")):
+            facts.setdefault("mixed_precision", Fact(key, s))
+    if job.lora_targets and any(_EMBEDDING.search(t) for t in job.lora_targets):
+        facts["lora_targets_embedding"] = Fact(True, job.targets_setting)
     stage = job.get("rl") if job.tool == "axolotl" else job.get("stage")
     if stage is not None and str(stage.value).strip().lower() in _RL_TRAINERS:
         facts["trainer"] = Fact(_RL_TRAINERS[str(stage.value).strip().lower()], stage)

@@ -237,3 +237,31 @@ def test_accelerate_fsdp2_advisory_on_an_axolotl_job_only_warns(tmp_path):
     yaml = FSDP2_YAML + "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n"
     found = _hits(code, adv, target={"accelerate": "1.6.0"}, options={"accelerate_config": yaml})
     assert found and found[0].severity.value == "error"
+
+
+def test_mixed_precision_in_each_place_it_is_written():
+    adv = "accelerate-fsdp2-mixed-precision-upcasts-frozen-base"
+    peft = "from peft import LoraConfig, get_peft_model\nmodel = get_peft_model(model, LoraConfig(target_modules=['q_proj']))\n"
+    fsdp2 = {"accelerate_config": FSDP2_YAML}
+    in_code = peft + "from accelerate import Accelerator\naccelerator = Accelerator(mixed_precision='bf16')\nmodel = accelerator.prepare(model)\n"
+    found = _hits(in_code, adv, target={"accelerate": "1.12.0"}, options=fsdp2)
+    assert [f.start.row for f in found] == [4]
+    assert not _hits(in_code.replace("'bf16'", "'no'"), adv, target={"accelerate": "1.12.0"}, options=fsdp2)
+    trainer = peft + ("from transformers import Trainer, TrainingArguments\n"
+                      "args = TrainingArguments('out', bf16=True, fsdp='full_shard auto_wrap', fsdp_config={'version': 2})\n"
+                      "Trainer(model=model, args=args).train()\n")
+    found = _hits(trainer, adv, target={"accelerate": "1.12.0", "transformers": "4.57.0"})
+    assert [f.start.row for f in found] == [4]
+    assert not _hits(trainer, adv, target={"accelerate": "1.13.0", "transformers": "4.57.0"})
+
+
+def test_lora_on_an_embedding_layer_in_axolotl_targets(tmp_path):
+    adv = "axolotl-fsdp2-lora-embedding-fully-shard-parameter"
+    base = AXOLOTL.replace("lora_target_linear: true\n", "lora_target_modules: [q_proj, v_proj, embed_tokens]\n")
+    for name, text, expected in (("embed", base, True), ("linear", AXOLOTL, False),
+                                 ("fsdp1", base.replace("fsdp_version: 2", "fsdp_version: 1"), False)):
+        root = _project(tmp_path / name, {"axolotl.yml": text, "requirements.txt": "axolotl==0.14.0\n"})
+        found = [f for f in _check(root / "axolotl.yml") if adv in f["message"]]
+        assert bool(found) is expected, (name, found)
+        if found:
+            assert found[0]["location"]["row"] == 5 and found[0]["severity"] == "error"

@@ -45,6 +45,9 @@ FACTS: dict[str, str] = {
     "torch_compile": "TrainingArguments torch_compile",
     "reentrant_checkpointing": "true when gradient checkpointing is on and reentrant: LLaMA-Factory's default (use_reentrant_gc: true unless disable_gradient_checkpointing), axolotl gradient_checkpointing_kwargs use_reentrant",
     "final_state_dict_type": "axolotl fsdp_config.final_state_dict_type: the state dict type of the final save (else state_dict_type)",
+    "mixed_precision": "bf16, fp16 or no: accelerate config / Accelerator(mixed_precision=...), TrainingArguments bf16=/fp16=, axolotl and LLaMA-Factory bf16:/fp16:",
+    "lora_targets_embedding": "true when LoRA targets an embedding layer (embed_tokens, wte, word_embeddings, ... in LoraConfig target_modules, axolotl lora_target_modules, LLaMA-Factory lora_target)",
+    "broadcast_from_rank0": "true when the script loads a full state dict broadcast from rank 0 (set_model_state_dict / set_state_dict with StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))",
     "saves_optimizer_state": "true when the job saves optimizer state: a Trainer writing checkpoints (save_strategy not \"no\", save_only_model not set), accelerator.save_state, FSDP.optim_state_dict / get_optimizer_state_dict",
 }
 OPS = ("matches", "in", "not", "gt", "ge", "lt", "le", "absent")
