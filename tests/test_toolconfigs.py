@@ -151,7 +151,9 @@ def test_llamafactory_8bit_under_fsdp():
     rc, findings = lint("--isolated", job, "--target-version", "transformers=5.24.0")
     assert "FSDP2" in findings[0]["message"]
     # LLaMA-Factory >= 0.8.2 refuses 8-bit under FSDP with its own message.
-    assert lint("--isolated", job, "--target-version", "llamafactory=0.8.2") == (0, [])
+    # (transformers pinned too: with FSDP2 the job would also meet LLaMA-Factory's own FSDP2 advisory, FSDP601)
+    assert lint("--isolated", job, "--target-version", "llamafactory=0.8.2", "--target-version",
+                "transformers=4.57.1") == (0, [])
     assert lint("--isolated", str(LF / "qlora_fsdp_correct.yaml"), "--target-version", "transformers=4.57.1") == (0, [])
 
 
