@@ -193,6 +193,8 @@ class KnownBugAtVersion(Rule):
                 # of an unknown version would be a guess).
                 if trigger_likely or likely or not adv.verified or adv.severity == "warning" or len(unknown) > 1:
                     continue
+                if _fixed_before_covered(adv, unknown[0]):
+                    continue  # every release fsdplint covers (its oldest is what an unknown version assumes) is fixed
                 declare = "; ".join(
                     f"declare the {lib} version: pin it in requirements / pyproject or pass --target-version {lib}=X"
                     for lib in unknown)
@@ -241,6 +243,18 @@ class KnownBugAtVersion(Rule):
             severity = Severity.WARNING if all(likely for _, likely, _ in found) else None
             ctx.report_pin(Setting("requirement", None, _shown(ctx, pin_path), row), message,
                            _related(ctx, found[0][2]), severity=severity)
+
+
+def _fixed_before_covered(adv, lib: str) -> bool:
+    """Whether every affected release of the unknown library is older than the oldest release fsdplint
+    covers (versions.DEFAULTS, what an unknown version is assumed to be): a bug fixed before then is not
+    worth asking a version for."""
+    oldest = versions.DEFAULTS.get(lib)
+    if oldest is None:
+        return False
+    spec = adv.affected if lib == adv.library else SpecifierSet(adv.when["versions"][lib])
+    uppers = [Version(s.version) for s in spec if s.operator in ("<", "<=")]
+    return bool(uppers) and min(uppers) <= Version(oldest)
 
 
 def _replaced_by_tool(adv, job) -> str:

@@ -265,3 +265,16 @@ def test_lora_on_an_embedding_layer_in_axolotl_targets(tmp_path):
         assert bool(found) is expected, (name, found)
         if found:
             assert found[0]["location"]["row"] == 5 and found[0]["severity"] == "error"
+
+
+def test_unknown_version_of_a_bug_fixed_before_the_oldest_covered_release_is_silent():
+    # peft's FSDP auto-wrap bug was fixed in peft 0.11.0, before the oldest peft fsdplint covers (0.13.0).
+    adv = "peft-fsdp-auto-wrap-policy-accelerate-0-30"
+    code = """\
+from peft import LoraConfig
+from trl import SFTConfig, SFTTrainer
+args = SFTConfig("out", fsdp="full_shard auto_wrap")
+trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8))
+"""
+    assert _hits(code, adv, target={"accelerate": "1.0.0", "peft": "0.10.0"})
+    assert not _hits(code, adv, target={"accelerate": "1.0.0"})
