@@ -278,3 +278,21 @@ trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8))
 """
     assert _hits(code, adv, target={"accelerate": "1.0.0", "peft": "0.10.0"})
     assert not _hits(code, adv, target={"accelerate": "1.0.0"})
+
+
+def test_llamafactory_reference_model_under_fsdp2(tmp_path):
+    adv = "llamafactory-dpo-kto-ref-model-fsdp2"
+    yaml = ("model_name_or_path: meta-llama/Llama-3.1-8B\nstage: dpo\nfinetuning_type: full\ntemplate: llama3\n"
+            "fsdp: full_shard auto_wrap\nfsdp_config:\n  version: 2\n")
+    pins = "llamafactory==0.9.4\naccelerate==1.12.0\n"
+    for name, text, req, expected in (
+            ("dpo", yaml, pins, True), ("kto", yaml.replace("stage: dpo", "stage: kto"), pins, True),
+            ("lora", yaml.replace("finetuning_type: full", "finetuning_type: lora"), pins, False),
+            ("sft", yaml.replace("stage: dpo", "stage: sft"), pins, False),
+            ("old-accelerate", yaml, pins.replace("1.12.0", "1.7.0"), False),
+            ("fixed", yaml, pins.replace("0.9.4", "0.9.5"), False)):
+        root = _project(tmp_path / name, {"lf.yaml": text, "requirements.txt": req})
+        found = [f for f in _check(root / "lf.yaml") if adv in f["message"] and f["filename"].endswith("lf.yaml")]
+        assert bool(found) is expected, (name, found)
+        if found:
+            assert found[0]["severity"] == "error" and found[0]["location"]["row"] == 7
