@@ -92,7 +92,10 @@ class KnownBugAtVersion(Rule):
 
     Where the affected version comes from a pin (a `requirements*.txt` line, a pyproject dependency, a
     lock file entry), the pin's line is reported too, once, with the triggering setting as its related
-    location. Advisories of a training tool (axolotl, LLaMA-Factory) apply to that tool's YAML jobs: their
+    location. An advisory may name the library functions its bug is reached through (`reached_through`):
+    on a training tool's job that replaces those functions with its own (axolotl >= 0.12.0 swaps in its own
+    FSDP2 `fsdp2_prepare_model`), it is not reported, and only warns when the tool's version is unknown.
+    Advisories of a training tool (axolotl, LLaMA-Factory) apply to that tool's YAML jobs: their
     facts (optimizer, gradient accumulation, quantization, adapter, RL stage, FSDP settings) are read from
     the YAML, the finding sits on the YAML line, and the tool's version is its declared or installed one, or
     the checkout's own (axolotl's VERSION file, LLaMA-Factory's extras/env.py).
@@ -183,6 +186,8 @@ class KnownBugAtVersion(Rule):
                 continue  # a known version outside the affected range
             main, others, unknown, likely = found
             replaced = _replaced_by_tool(adv, job)
+            if replaced is None:
+                continue  # the tool runs its own code instead of the library's with the bug
             if replaced:
                 likely.append(replaced)
             fact = facts[adv.report_at]
@@ -257,14 +262,36 @@ def _fixed_before_covered(adv, lib: str) -> bool:
     return bool(uppers) and min(uppers) <= Version(oldest)
 
 
-def _replaced_by_tool(adv, job) -> str:
-    """Why an accelerate FSDP2 advisory is only likely on a training tool's job: axolotl swaps in its own
-    fsdp2_prepare_model, fsdp2_load_full_state_dict and get_state_dict (monkeypatch/accelerate/fsdp2.py
-    patch_accelerate_fsdp2, applied for fsdp_version 2), so accelerate's code with the bug may not run."""
-    if job is None or job.tool != "axolotl" or adv.library != "accelerate" or job.fsdp_version != 2:
+# Library functions a training tool swaps for its own, from which release, for which FSDP version: axolotl's
+# patch_accelerate_fsdp2 (monkeypatch/accelerate/fsdp2.py, applied when fsdp_version is 2) replaces
+# accelerate's fsdp2_load_full_state_dict from v0.8.1, Accelerator.get_state_dict from v0.10.0 and
+# fsdp2_prepare_model (with everything it calls, the auto-wrap policy included) from v0.12.0.
+TOOL_REPLACES = {
+    "axolotl": (
+        (2, "0.8.1", "accelerate.utils.fsdp_utils.fsdp2_load_full_state_dict"),
+        (2, "0.10.0", "accelerate.Accelerator.get_state_dict"),
+        (2, "0.12.0", "accelerate.utils.fsdp_utils.fsdp2_prepare_model"),
+    ),
+}
+
+
+def _replaced_by_tool(adv, job):
+    """None when the job's tool replaces every function the bug is reached through (the advisory does not
+    apply); a reason to warn when the tool's version does not say; "" when the tool runs the library's code."""
+    if job is None or not adv.reached_through:
         return ""
-    return ("axolotl replaces accelerate's FSDP2 preparation and state-dict loading with its own "
-            "(monkeypatch/accelerate/fsdp2.py); whether the bug survives that patch was not read")
+    table = [(since, name) for fsdp, since, name in TOOL_REPLACES.get(job.tool, ()) if fsdp == job.fsdp_version]
+    names = {name for _, name in table}
+    if not table or not set(adv.reached_through) <= names:
+        return ""
+    tv = job.tool_version
+    firsts = [Version(since) for since, name in table if name in adv.reached_through]
+    if tv is not None and tv.version >= max(firsts):
+        return None
+    if tv is not None:
+        return ""  # an older tool release: the library's own code runs
+    return (f"{job.name} replaces {', '.join(adv.reached_through)} with its own from {max(firsts)}; "
+            f"declare the {job.tool} version to decide")
 
 
 def _shown(ctx, pin: Path) -> str:

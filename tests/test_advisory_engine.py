@@ -225,17 +225,24 @@ def test_torchao_low_bit_optimizer_is_no_bitsandbytes_optimizer(tmp_path):
     assert _hits(script.replace("adamw_torch_8bit", "adamw_8bit"), CPU_OFFLOAD, target={"bitsandbytes": "0.49.1"})
 
 
-def test_accelerate_fsdp2_advisory_on_an_axolotl_job_only_warns(tmp_path):
+def test_accelerate_fsdp2_advisory_on_an_axolotl_job_that_replaces_the_code(tmp_path):
     adv = "accelerate-fsdp2-size-based-wrap-numel"
     text = AXOLOTL.replace("  offload_params: true\n", "  auto_wrap_policy: SIZE_BASED_WRAP\n")
-    root = _project(tmp_path, {"axolotl.yml": text, "requirements.txt": "accelerate==1.6.0\n"})
-    found = [f for f in _check(root / "axolotl.yml") if adv in f["message"]]
-    assert found and all(f["severity"] == "warning" for f in found)
-    assert "axolotl replaces accelerate's FSDP2 preparation" in found[0]["message"]
+    for name, pins, expected in (("unknown", "accelerate==1.6.0\n", "warning"),
+                                 ("patched", "accelerate==1.6.0\naxolotl==0.16.1\n", None),
+                                 ("before-patch", "accelerate==1.6.0\naxolotl==0.11.0\n", "error")):
+        root = _project(tmp_path / name, {"axolotl.yml": text, "requirements.txt": pins})
+        found = [f for f in _check(root / "axolotl.yml") if adv in f["message"] and f["filename"].endswith(".yml")]
+        assert [f["severity"] for f in found] == ([expected] if expected else []), (name, found)
+        if expected == "warning":
+            assert "axolotl replaces accelerate.utils.fsdp_utils.fsdp2_prepare_model" in found[0]["message"]
+    # An accelerate bug outside the replaced code still applies to the patched axolotl: the offload backend.
+    root = _project(tmp_path / "backend", {"axolotl.yml": AXOLOTL,
+                                           "requirements.txt": "accelerate==1.6.0\naxolotl==0.16.1\n"})
+    assert [f for f in _check(root / "axolotl.yml") if "accelerate-fsdp2-cpu-offload-nccl-backend" in f["message"]]
     # The same settings in an accelerate config of a script: accelerate's own code runs, an error.
-    code = PREPARED
     yaml = FSDP2_YAML + "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n"
-    found = _hits(code, adv, target={"accelerate": "1.6.0"}, options={"accelerate_config": yaml})
+    found = _hits(PREPARED, adv, target={"accelerate": "1.6.0"}, options={"accelerate_config": yaml})
     assert found and found[0].severity.value == "error"
 
 

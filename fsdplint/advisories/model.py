@@ -44,6 +44,9 @@ class Advisory:
     source: str = ""
     # "warning" for a bug that degrades a run (slower, numerically different) rather than breaking it.
     severity: str = "error"
+    # The library functions (dotted names) the bug is reached through: a training tool that replaces them
+    # with its own (axolotl's FSDP2 patch of accelerate) does not run the code with the bug.
+    reached_through: tuple[str, ...] = ()
 
     @property
     def affected(self) -> SpecifierSet:
@@ -68,7 +71,7 @@ class Advisory:
             "introduced": str(self.introduced) if self.introduced else None,
             "fixed": str(self.fixed) if self.fixed else None,
             "affected": str(self.affected) or "*", "when": dict(self.when), "report_at": self.report_at,
-            "error": self.error, "fix": self.fix, "citations": list(self.citations), "verified": self.verified, "severity": self.severity,
+            "error": self.error, "fix": self.fix, "citations": list(self.citations), "verified": self.verified, "severity": self.severity, "reached_through": list(self.reached_through),
             "boundaries": [{"release": b.release, "affected": b.affected, "read": b.read} for b in self.boundaries],
         }
 
@@ -87,7 +90,7 @@ def parse(data: Mapping[str, Any], source: str) -> Advisory:
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
-    unknown = [k for k in data if k not in _REQUIRED + ("introduced", "fixed", "verified", "severity")]
+    unknown = [k for k in data if k not in _REQUIRED + ("introduced", "fixed", "verified", "severity", "reached_through")]
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(unknown)}")
     if data["library"] not in LIBRARIES:
@@ -127,6 +130,9 @@ def parse(data: Mapping[str, Any], source: str) -> Advisory:
                 raise ValueError(f"`verified` needs the release {edge} read in `boundaries`")
             if edge is not None and not any(Version(b.release) < edge and b.affected is not want for b in bounds):
                 raise ValueError(f"`verified` needs the release before {edge} read in `boundaries`")
+    through = data.get("reached_through", [])
+    if not isinstance(through, list) or not all(isinstance(t, str) and "." in t for t in through):
+        raise ValueError("`reached_through` must be a list of dotted function names")
     ex = data["example"]
     if not isinstance(ex, dict) or not isinstance(ex.get("code"), str) or not isinstance(ex.get("line"), int):
         raise ValueError("`example` needs `code` (a script that triggers it) and `line` (where it is reported)")
@@ -134,7 +140,7 @@ def parse(data: Mapping[str, Any], source: str) -> Advisory:
         id=str(data["id"]), summary=str(data["summary"]), library=data["library"], introduced=introduced,
         fixed=fixed, when=data["when"], report_at=data["report_at"], error=str(data["error"]),
         fix=str(data["fix"]), citations=tuple(cites), boundaries=tuple(bounds), verified=verified,
-        example=ex, source=source, severity=severity,
+        example=ex, source=source, severity=severity, reached_through=tuple(through),
     )
 
 
