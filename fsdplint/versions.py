@@ -326,6 +326,8 @@ def pin_site(package: str, path: Optional[Path], stop: Optional[Path] = None) ->
         hit = _declared(directory, name, Path(stop).resolve() if stop else None)
         if hit is None or hit[0] is None:
             continue
+        if "this project is" in hit[1]:
+            return None  # the checkout's own version: no pin to point at
         dirs = project_dirs(directory, Path(stop).resolve() if stop else None)
         if hit[2] == "lock":
             lock = hit[1].split(":", 1)[0]

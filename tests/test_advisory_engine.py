@@ -303,3 +303,11 @@ def test_llamafactory_reference_model_under_fsdp2(tmp_path):
         assert bool(found) is expected, (name, found)
         if found:
             assert found[0]["severity"] == "error" and found[0]["location"]["row"] == 7
+
+
+def test_the_checkout_of_the_library_itself_has_no_pin(tmp_path):
+    # Linting bitsandbytes' own repository: its version is the checkout's, not a requirement to point at.
+    root = _project(tmp_path, {"pyproject.toml": '[project]\nname = "bitsandbytes"\nversion = "0.49.1"\n',
+                               "examples/train.py": FSDP1_SAVE})
+    found = [f for f in _check(root) if STATE_FSDP1 in f["message"]]
+    assert [Path(f["filename"]).name for f in found] == ["train.py"]
