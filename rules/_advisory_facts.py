@@ -133,6 +133,9 @@ def script_facts(a) -> dict[str, Fact]:
         facts["trainer"] = Fact((t.qualname or "Trainer").rsplit(".", 1)[-1], t.node)
         if t.kw("peft_config") is not None:
             facts["peft"] = Fact(True, t.kwarg("peft_config"))
+            # The trainer's own adapter preparation (trl's k-bit preparation) runs only on this path.
+            if a.code(t.kw("peft_config")).strip() != "None":
+                facts["peft_config_to_trainer"] = Fact(True, t.kwarg("peft_config"))
     for call in a.calls("Accelerator"):
         if not under_fsdp(call):
             continue
@@ -156,6 +159,9 @@ def script_facts(a) -> dict[str, Fact]:
         tokens = call.kw("trainable_token_indices")
         if tokens is not None and a.value(tokens, call.scope) is not None:
             facts.setdefault("lora_trainable_tokens", Fact(True, call.kwarg("trainable_token_indices")))
+        dora = call.kw("use_dora")
+        if dora is not None and a.value(dora, call.scope) is True:
+            facts.setdefault("lora_use_dora", Fact(True, call.kwarg("use_dora")))
     for call in a.all_calls:
         if not under_fsdp(call):
             continue
