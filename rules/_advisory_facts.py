@@ -34,7 +34,7 @@ _TRUE_SETTINGS = {
 }
 _PLAIN_SETTINGS = ("optim", "gradient_accumulation_steps", "gradient_checkpointing", "save_strategy",
                    "save_only_model", "state_dict_type", "torch_compile", "auto_wrap_policy",
-                   "transformer_layer_cls_to_wrap", "use_vllm")
+                   "transformer_layer_cls_to_wrap", "use_vllm", "precompute_ref_log_probs")
 
 
 def _truthy(v: Any) -> Any:

@@ -26,6 +26,7 @@ FACTS: dict[str, str] = {
     "peft_method": "the PEFT config class written, lower case without Config (lora, vera, ia3, loha, adalora)",
     "toggles_adapters": "true when the script switches PEFT adapters (disable_adapter(), set_adapter(), enable_/disable_adapter_layers())",
     "use_vllm": "GRPOConfig/RLOOConfig use_vllm (generation in vLLM, weights synced from the trained model)",
+    "precompute_ref_log_probs": "DPOConfig/KTOConfig precompute_ref_log_probs (reference log-probs computed once, no reference model kept)",
     "lora_trainable_tokens": "true when LoraConfig(trainable_token_indices=...) trains selected token embeddings",
     "lora_use_dora": "true when LoraConfig(use_dora=True) trains DoRA (QDoRA on a 4-bit base)",
     "saves_model": "true when the job saves the model or adapter (save_pretrained, save_model, get_peft_model_state_dict, Trainer checkpoints)",
