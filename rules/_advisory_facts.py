@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import libcst as cst
+
 from fsdplint.analysis import UNKNOWN
 
 
@@ -133,9 +135,9 @@ def script_facts(a) -> dict[str, Fact]:
         facts["trainer"] = Fact((t.qualname or "Trainer").rsplit(".", 1)[-1], t.node)
         if t.kw("peft_config") is not None:
             facts["peft"] = Fact(True, t.kwarg("peft_config"))
-            # The trainer's own adapter preparation (trl's k-bit preparation) runs only on this path.
-            if a.code(t.kw("peft_config")).strip() != "None":
-                facts["peft_config_to_trainer"] = Fact(True, t.kwarg("peft_config"))
+            given = _peft_config_given(a, t)
+            if given is not None:
+                facts["peft_config_to_trainer"] = given
     for call in a.calls("Accelerator"):
         if not under_fsdp(call):
             continue
@@ -187,6 +189,19 @@ def script_facts(a) -> dict[str, Fact]:
         if peft:
             facts["peft"] = Fact(True, peft[0].node)
     return facts
+
+
+def _peft_config_given(a, trainer):
+    """The trainer's own adapter preparation (trl's k-bit preparation) runs only when peft_config is a config:
+    certain for a PEFT config class written there or bound to the name passed, only likely for a value fsdplint
+    cannot read (a helper such as trl's get_peft_config returns None unless adapters are asked for)."""
+    node = trainer.kw("peft_config")
+    if a.value(node, trainer.scope) is None:
+        return None  # `peft_config=None`, or a name bound to None
+    expr = a.binding(node.value, trainer.scope) if isinstance(node, cst.Name) else node
+    if isinstance(expr, cst.Call) and re.search(r"Config$", a.code(expr.func)) and "get_" not in a.code(expr.func):
+        return Fact(True, trainer.kwarg("peft_config"))
+    return Fact(True, trainer.kwarg("peft_config"), "the peft_config passed may be None at run time")
 
 
 _ADAPTER_TOGGLES = ("disable_adapter", "set_adapter", "enable_adapter_layers", "disable_adapter_layers")

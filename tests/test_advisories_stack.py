@@ -119,6 +119,19 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("code", [
+    # trl's helper returns None unless the launch asks for adapters.
+    _QLORA + "from trl import get_peft_config\nDPOTrainer(model=model, args=args, train_dataset=ds, peft_config=get_peft_config(model_args))\n",
+    # A parameter of the function: its value is the caller's.
+    _QLORA + "def build(peft_config):\n    return DPOTrainer(model=model, args=args, train_dataset=ds, peft_config=peft_config)\n",
+])
+def test_peft_config_fsdplint_cannot_read_only_warns(code):
+    found = [f for f in lint_example(RULE, Valid(code, target={"trl": "0.28.0"}))
+             if "trl-dpo-qlora-fsdp1-kbit-upcast" in f.message]
+    assert found and all(f.severity.value == "warning" for f in found)
+    assert "may be None at run time" in found[0].message
+
+
 @pytest.mark.parametrize("adv_id,code,target,options,fires", CASES,
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_trigger_shapes(adv_id, code, target, options, fires):
