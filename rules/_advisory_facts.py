@@ -138,6 +138,11 @@ def script_facts(a) -> dict[str, Fact]:
             given = _peft_config_given(a, t)
             if given is not None:
                 facts["peft_config_to_trainer"] = given
+        # DPOTrainer(model, ref_model, ...): the reference model is the second positional argument of trl's
+        # preference trainers.
+        ref = t.arg(1, "ref_model") if facts["trainer"].value in _REF_MODEL_TRAINERS else t.kw("ref_model")
+        if ref is not None and a.value(ref, t.scope) is not None:
+            facts["ref_model_to_trainer"] = Fact(True, ref)
     for call in a.calls("Accelerator"):
         if not under_fsdp(call):
             continue
@@ -189,6 +194,9 @@ def script_facts(a) -> dict[str, Fact]:
         if peft:
             facts["peft"] = Fact(True, peft[0].node)
     return facts
+
+
+_REF_MODEL_TRAINERS = ("DPOTrainer", "KTOTrainer")
 
 
 def _peft_config_given(a, trainer):

@@ -71,6 +71,19 @@ CASES = [
     ("trl-dpo-ref-model-not-wrapped",
      "from trl import DPOConfig, DPOTrainer\nDPOTrainer(model=model, args=DPOConfig('out'), train_dataset=ds)\n",
      {"trl": "0.15.2"}, {"accelerate_config": _FSDP2}, True),
+    # A reference model of its own is prepared with FSDP before the precompute runs.
+    ("trl-dpo-precompute-ref-logps-unprepared-model",
+     "from trl import DPOConfig, DPOTrainer\nargs = DPOConfig('out', fsdp='full_shard auto_wrap', precompute_ref_log_probs=True)\n"
+     "DPOTrainer(model, ref_model, args=args, train_dataset=ds)\n",
+     {"trl": "1.9.0"}, {}, False),
+    ("trl-dpo-precompute-ref-logps-unprepared-model",
+     "from trl import DPOConfig, DPOTrainer\nargs = DPOConfig('out', fsdp='full_shard auto_wrap', precompute_ref_log_probs=True)\n"
+     "DPOTrainer(model, None, args=args, train_dataset=ds)\n",
+     {"trl": "1.9.0"}, {}, True),
+    ("trl-dpo-precompute-ref-logps-unprepared-model",
+     "from trl import DPOConfig, DPOTrainer\nargs = DPOConfig('out', precompute_ref_log_probs=True)\n"
+     "DPOTrainer(model, args=args, train_dataset=ds)\n",
+     {"trl": "1.9.0"}, {}, False),
     ("trl-grpo-fsdp1-generate-sharded",
      "from trl import GRPOConfig, GRPOTrainer\nargs = GRPOConfig('out', fsdp='full_shard auto_wrap', use_vllm=True)\n"
      "GRPOTrainer(model=model, reward_funcs=f, args=args, train_dataset=ds)\n",
@@ -140,4 +153,4 @@ def test_trigger_shapes(adv_id, code, target, options, fires):
              if f.code == "FSDP601" and adv_id in f.message]
     assert bool(found) is fires, [f.message[:200] for f in found]
     if fires:
-        assert f"Fixed in {adv.library} {adv.fixed}" in found[0].message
+        assert (f"Fixed in {adv.library} {adv.fixed}" if adv.fixed else "No release fixes it yet") in found[0].message

@@ -34,6 +34,7 @@ FACTS: dict[str, str] = {
     "optim": "the optimizer: TrainingArguments optim= (e.g. paged_adamw_8bit), or a bitsandbytes optimizer class in snake case (PagedAdamW8bit -> paged_adamw_8bit)",
     "trainer": "the trainer class name (Trainer, SFTTrainer, DPOTrainer, GRPOTrainer)",
     "peft": "true when LoRA/PEFT adapters are injected (get_peft_model, peft_config=)",
+    "ref_model_to_trainer": "true when a trl preference trainer is given its own reference model (ref_model=, or DPOTrainer's second positional argument)",
     "peft_config_to_trainer": "true when the trainer itself injects the adapters: a trl trainer given peft_config= (not a model get_peft_model already wrapped)",
     "gradient_accumulation_steps": "TrainingArguments or Accelerator gradient_accumulation_steps",
     "gradient_checkpointing": "TrainingArguments gradient_checkpointing",
