@@ -26,6 +26,7 @@ _TRAINING_KWARGS = (
     "bf16", "fp16", "torch_compile",
     # Read by the advisories (known bugs of one release that these settings trigger).
     "optim", "gradient_accumulation_steps", "save_strategy", "save_only_model", "use_vllm",
+    "precompute_ref_log_probs",
 )
 
 

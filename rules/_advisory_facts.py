@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import libcst as cst
+
 from fsdplint.analysis import UNKNOWN
 
 
@@ -48,7 +50,7 @@ _TRUE_SETTINGS = {
 }
 _PLAIN_SETTINGS = ("optim", "gradient_accumulation_steps", "gradient_checkpointing", "save_strategy",
                    "save_only_model", "state_dict_type", "torch_compile", "auto_wrap_policy",
-                   "transformer_layer_cls_to_wrap", "use_vllm")
+                   "transformer_layer_cls_to_wrap", "use_vllm", "precompute_ref_log_probs")
 
 
 def _truthy(v: Any) -> Any:
@@ -147,6 +149,14 @@ def script_facts(a) -> dict[str, Fact]:
         facts["trainer"] = Fact((t.qualname or "Trainer").rsplit(".", 1)[-1], t.node)
         if t.kw("peft_config") is not None:
             facts["peft"] = Fact(True, t.kwarg("peft_config"))
+            given = _peft_config_given(a, t)
+            if given is not None:
+                facts["peft_config_to_trainer"] = given
+        # DPOTrainer(model, ref_model, ...): the reference model is the second positional argument of trl's
+        # preference trainers.
+        ref = t.arg(1, "ref_model") if facts["trainer"].value in _REF_MODEL_TRAINERS else t.kw("ref_model")
+        if ref is not None and a.value(ref, t.scope) is not None:
+            facts["ref_model_to_trainer"] = Fact(True, ref)
     for call in a.calls("Accelerator"):
         if not under_fsdp(call):
             continue
@@ -191,6 +201,9 @@ def script_facts(a) -> dict[str, Fact]:
         tokens = call.kw("trainable_token_indices")
         if tokens is not None and a.value(tokens, call.scope) is not None:
             facts.setdefault("lora_trainable_tokens", Fact(True, call.kwarg("trainable_token_indices")))
+        dora = call.kw("use_dora")
+        if dora is not None and a.value(dora, call.scope) is True:
+            facts.setdefault("lora_use_dora", Fact(True, call.kwarg("use_dora")))
     for call in a.all_calls:
         if not under_fsdp(call):
             continue
@@ -220,6 +233,23 @@ def script_facts(a) -> dict[str, Fact]:
 
 # The embedding layers' names in the architectures fsdplint knows (LoRA on them makes lora_embedding_A/B).
 _EMBEDDING = re.compile(r"(^|\.)(embed_tokens|wte|word_embeddings|tok_embeddings|embed_in|shared)$")
+
+_REF_MODEL_TRAINERS = ("DPOTrainer", "KTOTrainer")
+
+
+def _peft_config_given(a, trainer):
+    """The trainer's own adapter preparation (trl's k-bit preparation) runs only when peft_config is a config:
+    certain for a PEFT config class written there or bound to the name passed, only likely for a value fsdplint
+    cannot read (a helper such as trl's get_peft_config returns None unless adapters are asked for)."""
+    node = trainer.kw("peft_config")
+    if a.value(node, trainer.scope) is None:
+        return None  # `peft_config=None`, or a name bound to None
+    expr = a.binding(node.value, trainer.scope) if isinstance(node, cst.Name) else node
+    if isinstance(expr, cst.Call) and re.search(r"Config$", a.code(expr.func)) and "get_" not in a.code(expr.func):
+        return Fact(True, trainer.kwarg("peft_config"))
+    return Fact(True, trainer.kwarg("peft_config"), "the peft_config passed may be None at run time")
+
+
 _ADAPTER_TOGGLES = ("disable_adapter", "set_adapter", "enable_adapter_layers", "disable_adapter_layers")
 _OPTIM_SAVES = ("optim_state_dict", "full_optim_state_dict", "sharded_optim_state_dict", "get_optimizer_state_dict",
                 "get_state_dict")

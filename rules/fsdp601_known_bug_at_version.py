@@ -190,7 +190,11 @@ class KnownBugAtVersion(Rule):
                 continue  # the tool runs its own code instead of the library's with the bug
             if replaced:
                 likely.append(replaced)
-            fact = facts[adv.report_at]
+            # Report where the advisory says; a trigger met by an absent fact (e.g. `peft_method` not
+            # set, which a negated condition accepts) falls back to another of its triggering settings.
+            fact = facts.get(adv.report_at) or next((facts[k] for k in adv.when if k in facts), None)
+            if fact is None:
+                continue
             fixed = (f"Fixed in {adv.library} {adv.fixed}: " if adv.fixed else "No release fixes it yet: ")
             if unknown:
                 # The trigger is written but a version is not declared: worth a warning only when nothing
@@ -251,15 +255,20 @@ class KnownBugAtVersion(Rule):
 
 
 def _fixed_before_covered(adv, lib: str) -> bool:
-    """Whether every affected release of the unknown library is older than the oldest release fsdplint
-    covers (versions.DEFAULTS, what an unknown version is assumed to be): a bug fixed before then is not
-    worth asking a version for."""
-    oldest = versions.DEFAULTS.get(lib)
-    if oldest is None:
-        return False
+    """Whether an unknown version is not worth a warning: every affected release is older than the oldest
+    release fsdplint covers (versions.DEFAULTS, what an unknown version is assumed to be), or the bug lives in
+    the patch releases of one minor series only (transformers 4.47.0 alone) - asking every job that does not pin
+    the library about one patch release would be noise; a job that declares an affected version still gets the
+    finding."""
     spec = adv.affected if lib == adv.library else SpecifierSet(adv.when["versions"][lib])
     uppers = [Version(s.version) for s in spec if s.operator in ("<", "<=")]
-    return bool(uppers) and min(uppers) <= Version(oldest)
+    lowers = [Version(s.version) for s in spec if s.operator in (">", ">=", "==", "~=")]
+    if any(s.operator == "==" for s in spec):
+        return True
+    if uppers and lowers and (max(lowers).major, max(lowers).minor) == (min(uppers).major, min(uppers).minor):
+        return True
+    oldest = versions.DEFAULTS.get(lib)
+    return oldest is not None and bool(uppers) and min(uppers) <= Version(oldest)
 
 
 # Library functions a training tool swaps for its own, from which release, for which FSDP version: axolotl's
