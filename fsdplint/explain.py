@@ -27,8 +27,8 @@ def _root(path: Path, linted: Optional[str]) -> str:
 
 
 def _configs(path: Path, runs, options) -> list[str]:
-    from fsdplint import launch as launch_mod
-    from fsdplint.runs import base_dirs
+    from fsdplint.launch import settings as launch_mod
+    from fsdplint.launch.runs import base_dirs
 
     out: list[str] = []
     given = options.get("launch")
@@ -50,7 +50,7 @@ def _configs(path: Path, runs, options) -> list[str]:
         if facts is not None and facts.source:
             out.append(f"{facts.source} (the one FSDP accelerate config next to the script)")
         else:
-            from fsdplint.toolconfigs.jobs import launcher_config
+            from fsdplint.launch.tools.jobs import launcher_config
 
             facts = launcher_config(path, options.get("project_root"))
             if facts is not None and facts.source:
@@ -61,7 +61,7 @@ def _configs(path: Path, runs, options) -> list[str]:
 def explain_file(filename: str, settings) -> list[str]:
     """The lines `-v` prints for one linted file."""
     from fsdplint.engine import FileConfig
-    from fsdplint.runs import runs_for
+    from fsdplint.launch.runs import runs_for
     from fsdplint.versions import resolve
 
     path = Path(filename) if filename != "-" else None

@@ -110,5 +110,5 @@ def test_a_cycle_through_a_package_init_is_seen():
 
 
 def test_lazy_imports_inside_functions_count():
-    tree = ast.parse("def f():\n    from fsdplint.arguments import ArgEnv\n")
-    assert _imports(tree, {"fsdplint.arguments"}) == {"fsdplint.arguments"}
+    tree = ast.parse("def f():\n    from fsdplint.launch.arguments import ArgEnv\n")
+    assert _imports(tree, {"fsdplint.launch.arguments"}) == {"fsdplint.launch.arguments"}

@@ -823,7 +823,7 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = (), free: frozenset 
 
 
 def _word(text: str):
-    from fsdplint.launchers import Word
+    from fsdplint.launch.shell import Word
 
     return Word(text, 0)
 

@@ -26,7 +26,7 @@ from fsdplint.findings import Finding, Position, Related, Severity
 
 @dataclass
 class Run:
-    launch: Optional[object] = None  # fsdplint.launchers.Launch; None: the script's own defaults
+    launch: Optional[object] = None  # fsdplint.launch.shell.Launch; None: the script's own defaults
     free: frozenset = frozenset()  # opt-in flags (option strings) this run lets take either value
 
     @property
@@ -36,7 +36,7 @@ class Run:
 
 def runs_for(path: Optional[Path], filename: str, options) -> list[Run]:
     """The launches that run this file: from `--launch` when given, else the project's shell scripts."""
-    from fsdplint import launchers
+    from fsdplint.launch import shell as launchers
 
     given = options.get("launches")
     if given is not None:
@@ -58,7 +58,7 @@ def base_dirs(run: Optional[Run], path: Optional[Path]) -> tuple:
     if launch is not None and getattr(launch, "path", None):
         out.append(str(Path(launch.path).parent))
     if path is not None:
-        from fsdplint.launchers import project_root
+        from fsdplint.launch.shell import project_root
 
         try:
             out.append(str(project_root(path)))

@@ -365,7 +365,7 @@ def from_launcher(launch, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
     accelerate's launch command); None when the launch says nothing about FSDP."""
     if launch.launcher != "accelerate":
         return None
-    from fsdplint.arguments import resolve_file
+    from fsdplint.launch.arguments import resolve_file
 
     facts: Optional[LaunchFacts] = None
     cfg = launch.options.get("config_file")
@@ -461,7 +461,7 @@ def _add_config_file(facts: LaunchFacts, name: str, base_dirs: tuple) -> None:
     """The keys of the `--fsdp_config` JSON/YAML file, each at its line."""
     import os
 
-    from fsdplint.arguments import read_mapping, resolve_file
+    from fsdplint.launch.arguments import read_mapping, resolve_file
 
     path = resolve_file(name, base_dirs)
     if path is None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.doc_commands import DOC_SUFFIXES, shell_text
+from fsdplint.launch.docs import DOC_SUFFIXES, shell_text
 from fsdplint.roots import has_marker, linted_root
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

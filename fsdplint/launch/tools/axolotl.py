@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.launch import LaunchFacts, Setting, _norm
-from fsdplint.toolconfigs.job import Gate, Job, Quant, dtype_name, family_of
-from fsdplint.toolconfigs.defaults import BEHAVIOUR, since
+from fsdplint.launch.settings import LaunchFacts, Setting, _norm
+from fsdplint.launch.tools.job import Gate, Job, Quant, dtype_name, family_of
+from fsdplint.launch.tools.defaults import BEHAVIOUR, since
 
 # Keys only axolotl configs combine with `base_model` (LLaMA-Factory and recipes use model_name_or_path).
 _KEYS = frozenset({

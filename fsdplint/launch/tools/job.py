@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.launch import LaunchFacts, Setting
+from fsdplint.launch.settings import LaunchFacts, Setting
 
 TOOL_NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "recipe": "the trl recipe"}
 

@@ -20,9 +20,9 @@ from typing import Optional
 
 from packaging.version import Version
 
-from fsdplint.launch import LaunchFacts, Setting, _norm
-from fsdplint.toolconfigs.job import Gate, Job, Quant, dtype_name, family_of
-from fsdplint.toolconfigs.defaults import BEHAVIOUR, QUANT_STORAGE_NEEDS, known, since, trainer_fsdp_version
+from fsdplint.launch.settings import LaunchFacts, Setting, _norm
+from fsdplint.launch.tools.job import Gate, Job, Quant, dtype_name, family_of
+from fsdplint.launch.tools.defaults import BEHAVIOUR, QUANT_STORAGE_NEEDS, known, since, trainer_fsdp_version
 
 _STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
 _KEYS = frozenset({"stage", "finetuning_type", "template", "dataset", "lora_target", "quantization_bit",
