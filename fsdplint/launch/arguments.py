@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.analysis.records import UNKNOWN
+from fsdplint.unknown import UNKNOWN
 
 _PARSERS = ("HfArgumentParser", "TrlParser", "H4ArgumentParser")
 _PARSE_METHODS = {"parse_args_into_dataclasses", "parse_args_and_config", "parse", "parse_yaml_file",
@@ -582,7 +582,7 @@ def _project_class(module: str, level: int, name: str, importer: Path, find_modu
     if tree is None or f == importer:
         return None
     if star:
-        from fsdplint.analysis.index import dunder_all
+        from fsdplint.module_exports import dunder_all
 
         public = dunder_all(tree.body)
         if (name not in public) if public is not None else name.startswith("_"):

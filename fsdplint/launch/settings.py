@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.analysis.records import UNKNOWN
+from fsdplint.unknown import UNKNOWN
 from fsdplint.errors import UsageError
 
 # Top-level accelerate keys worth keeping (besides fsdp_config).
@@ -296,7 +296,7 @@ def from_script(analysis) -> Optional[LaunchFacts]:
 def _add_dict(facts: LaunchFacts, analysis, expr, scope, before=None) -> None:
     import libcst as cst
 
-    from fsdplint.analysis.records import UNKNOWN
+    from fsdplint.unknown import UNKNOWN
 
     entries = analysis.dict_entries(expr, scope, before)
     if entries is not None:
@@ -427,7 +427,7 @@ def from_launch_env(launch) -> Optional[LaunchFacts]:
 def from_arguments(env, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
     """TrainingArguments fields given on the command line or in a recipe (`--fsdp "full_shard auto_wrap"
     --fsdp_config fsdp.json`, `--gradient_checkpointing`), as the Trainer would receive them."""
-    from fsdplint.analysis.records import UNKNOWN
+    from fsdplint.unknown import UNKNOWN
 
     if not env.training:
         return None
