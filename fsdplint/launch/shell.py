@@ -614,6 +614,28 @@ def _opt_name(text: str) -> tuple[str, Optional[str]]:
     return body.replace("-", "_"), value
 
 
+def script_options(words: list[Word]) -> list[tuple[str, Optional[Word], int]]:
+    """(name, value word or None for a bare flag, line) of a script's `--key value` / `--key=value` /
+    `--flag` arguments, names as written after the dashes (for a tool whose own parser this reader does
+    not have; a script whose parser is read binds its words with `fsdplint.launch.arguments.bind`)."""
+    out = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        i += 1
+        if w.unknown or not w.text.startswith("--") or len(w.text) == 2:
+            continue
+        name, _, value = w.text[2:].partition("=")
+        if "=" in w.text:
+            out.append((name, Word(value, w.line, w.unknown), w.line))
+        elif i < len(words) and not words[i].text.startswith("--") and not words[i].splat:
+            out.append((name, words[i], w.line))
+            i += 1
+        else:
+            out.append((name, None, w.line))
+    return out
+
+
 def _base(w: Word) -> str:
     return os.path.basename(w.text) if not w.unknown else ""
 
@@ -843,7 +865,7 @@ def _shell_text_of(path: Path, text: str) -> str:
     return text
 
 
-def _read_launches(path: Path, display: str) -> list[Launch]:
+def read_launches(path: Path, display: str) -> list[Launch]:
     try:
         st = path.stat()
         if st.st_size > _MAX_SHELL_BYTES:
@@ -1022,7 +1044,7 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
             display = str(sh)
         if display.startswith(".." + os.sep + ".."):
             display = str(sh)
-        for launch in _read_launches(sh, display):
+        for launch in read_launches(sh, display):
             if launch.is_fsdp_capable and runs_script(launch, script, root):
                 out.append(launch)
     return out

@@ -1,26 +1,21 @@
-"""Which accelerate config (and which tool YAML or script) a project's shell launchers name.
+"""Which accelerate config (and which tool YAML or script) a project's launchers name.
 
-A stopgap reader: it scans `*.sh` files with a regular expression for `accelerate ... --config_file PATH` and the
-other `.yaml`/`.yml`/`.py` paths on the same command line (backslash continuations joined). The
-shell-launcher parser (one lint per launch, with flags and variables) is meant to replace it; until
-then this covers the common `accelerate launch --config_file configs/fsdp.yaml train.py cfg.yaml`.
-Paths are resolved against the launcher's directory first, then the project root.
+Read with the shell reader (`fsdplint.launch.shell`): every `accelerate launch --config_file PATH ...` of the
+project's shell scripts and documented commands, with the files its script and arguments name and, for a
+LLaMA-Factory entry point, its `--key value` flags. Paths are resolved from where the launch runs (its
+`cd`, the launcher's directory, then the project root).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-_CONFIG_FLAG = re.compile(r"""--config[_-]file(?:=|\s+)(["']?)([^\s"'$`;|&]+)\1""")
-_PATH_TOKEN = re.compile(r"""(?<![\w$/.-])(["']?)([^\s"'$`;|&=]+\.(?:ya?ml|py))\1(?=\s|$|;)""")
-_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", "site-packages", "build", "dist"}
-_MAX_FILES = 200
-_MAX_DIRS = 2000
+from fsdplint.launch.shell import Launch, launched_files, read_launches, script_options, shell_files, working_dirs
+
 _MAX_DEPTH = 6
 
 
@@ -34,79 +29,8 @@ class LaunchLine:
     llamafactory_args: tuple = field(default_factory=tuple)
 
 
-def _launchers(root: Path) -> list[Path]:
-    out: list[Path] = []
-    depth0 = len(root.parts)
-    walked = 0
-    for d, dirs, names in os.walk(root):
-        walked += 1
-        if walked > _MAX_DIRS:
-            break
-        if len(Path(d).parts) - depth0 >= _MAX_DEPTH:
-            dirs[:] = []
-        dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS and not x.startswith("."))
-        for n in sorted(names):
-            if n.endswith((".sh", ".bash")):
-                out.append(Path(d) / n)
-                if len(out) >= _MAX_FILES:
-                    return out
-    return out
-
-
-def _logical_lines(text: str):
-    """(first row, command text, [(offset, row)...]) per command, backslash continuations joined."""
-    start, buf, rows = 1, "", []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not buf:
-            start, rows = i, []
-        stripped = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
-        rows.append((len(buf), i))
-        if stripped.rstrip().endswith("\\"):
-            buf += stripped.rstrip()[:-1] + " "
-            continue
-        yield start, buf + stripped, rows
-        buf = ""
-    if buf:
-        yield start, buf, rows
-
-
-def _row_at(rows, offset: int) -> int:
-    row = rows[0][1]
-    for off, r in rows:
-        if off <= offset:
-            row = r
-    return row
-
-
-# LLaMA-Factory entry points whose `--key value` flags are its HfArgumentParser arguments.
-_LF_ENTRY = re.compile(r"(?:train_bash\.py|src/train\.py|llamafactory-cli\s+train|-m\s+(?:llamafactory|llmtuner)\b)")
-_FLAG = re.compile(r"--([A-Za-z_][\w.-]*)(?:=(\S+))?")
-
-
-def _flags(line: str, rows, start: int) -> tuple:
-    """(key, value, row) of the `--key value` / `--key=value` / bare `--flag` tokens after `start`."""
-    out = []
-    tokens = [(m.start() + start, m.group(0)) for m in re.finditer(r"\S+", line[start:])]
-    i = 0
-    while i < len(tokens):
-        off, tok = tokens[i]
-        m = _FLAG.fullmatch(tok)
-        i += 1
-        if not m:
-            continue
-        key, value = m.group(1), m.group(2)
-        if value is None:
-            if i < len(tokens) and not tokens[i][1].startswith("--"):
-                value = tokens[i][1]
-                i += 1
-            else:
-                value = True
-        out.append((key, value.strip("\"'") if isinstance(value, str) else value, _row_at(rows, off)))
-    return tuple(out)
-
-
-def _resolve(token: str, launcher: Path, root: Path) -> Optional[Path]:
-    for base in (launcher.parent, root):
+def _resolve(token: str, dirs: list[Path]) -> Optional[Path]:
+    for base in dirs:
         p = (base / token) if not os.path.isabs(token) else Path(token)
         try:
             if p.is_file():
@@ -116,28 +40,49 @@ def _resolve(token: str, launcher: Path, root: Path) -> Optional[Path]:
     return None
 
 
+def _is_llamafactory_entry(launch: Launch) -> bool:
+    """LLaMA-Factory entry points whose `--key value` flags are its HfArgumentParser arguments."""
+    if launch.module:
+        return launch.module.split(".")[0] in ("llamafactory", "llmtuner")
+    script = (launch.script or "").replace("\\", "/")
+    return script.endswith(("train_bash.py", "src/train.py"))
+
+
+def _line_of(sh: Path, launch: Launch, root: Path) -> Optional[LaunchLine]:
+    cfg_word = launch.options.get("config_file")
+    if launch.launcher != "accelerate" or cfg_word is None or cfg_word.unknown:
+        return None  # `--config_file` of some other program, or one the reader cannot know
+    dirs = working_dirs(launch, root)
+    cfg = _resolve(cfg_word.text, dirs)
+    if cfg is None or cfg.suffix not in (".yaml", ".yml"):
+        return None
+    named = list(launched_files(launch, root))
+    for w in launch.args:
+        if not w.unknown and w.text.endswith((".yaml", ".yml", ".py")) and not w.text.startswith("-"):
+            found = _resolve(w.text.split("=", 1)[-1], dirs)
+            if found is not None:
+                named.append(found)
+    lf = ()
+    if _is_llamafactory_entry(launch):
+        lf = tuple((name, True if value is None else value.text, line)
+                   for name, value, line in script_options(launch.args) if value is None or not value.unknown)
+    return LaunchLine(sh, launch.line, cfg, tuple(dict.fromkeys(named)), lf)
+
+
 @lru_cache(maxsize=64)
 def launch_lines(root: Path) -> tuple[LaunchLine, ...]:
     out = []
-    for sh in _launchers(root):
+    for sh in shell_files(root, _MAX_DEPTH):
         try:
             text = sh.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
         if "config_file" not in text and "config-file" not in text:
             continue
-        for row, line, rows in _logical_lines(text):
-            m = _CONFIG_FLAG.search(line)
-            if not m or "accelerate" not in line[:m.start()]:
-                continue  # `--config_file` of some other program
-            cfg = _resolve(m.group(2), sh, root)
-            if cfg is None or cfg.suffix not in (".yaml", ".yml"):
-                continue
-            rest = line[:m.start()] + " " + line[m.end():]
-            named = tuple(p for p in (_resolve(t.group(2), sh, root) for t in _PATH_TOKEN.finditer(rest)) if p)
-            entry = _LF_ENTRY.search(line, m.end())
-            lf = _flags(line, rows, entry.end()) if entry else ()
-            out.append(LaunchLine(sh, row, cfg, named, lf))
+        for launch in read_launches(sh, str(sh)):
+            got = _line_of(sh, launch, root)
+            if got is not None:
+                out.append(got)
     return tuple(out)
 
 
