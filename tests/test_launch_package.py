@@ -58,3 +58,49 @@ def test_no_config_is_named_where_no_accelerate_launch_names_one(tmp_path, text)
     root = _project(tmp_path, {"run.sh": text})
     assert accelerate_configs_named_by(root) == []
     assert configs_for(root / "job.yaml", root) == []
+
+
+# -- launchers that run a script through another program ----------------------------------------------------
+from fsdplint.launch.shell import launches_for, parse_launches  # noqa: E402
+
+
+@pytest.mark.parametrize("cmd,launcher,script,module,args", [
+    # llm-foundry's README: composer's launcher runs the script with a positional recipe and overrides.
+    ("composer scripts/train/train.py yamls/ft.yaml", "composer", "scripts/train/train.py", None, ["yamls/ft.yaml"]),
+    ("composer -n 8 --world_size 16 --master_addr $ADDR train.py ft.yaml max_seq_len=2048", "composer", "train.py",
+     None, ["ft.yaml", "max_seq_len=2048"]),
+    ("composer -m llmfoundry.train ft.yaml", "composer", None, "llmfoundry.train", ["ft.yaml"]),
+    ("composer --module_mode llmfoundry.train ft.yaml", "composer", None, "llmfoundry.train", ["ft.yaml"]),
+    # Command mode runs its own command: that command is the launch.
+    ("composer -c python train.py ft.yaml", "python", "train.py", None, ["ft.yaml"]),
+    # A program that runs the command after `--`.
+    ("kubectl exec pod -- torchrun --nproc_per_node 8 train.py --bf16", "torchrun", "train.py", None, ["--bf16"]),
+    ("ray job submit --address http://head:8265 -- python train.py", "python", "train.py", None, []),
+    # Cluster process managers in front of the interpreter.
+    ("horovodrun -np 4 python train.py", "python", "train.py", None, []),
+    ("jsrun -n 2 -a 6 python train.py --bf16", "python", "train.py", None, ["--bf16"]),
+    ("mpirun -np 8 python train.py", "python", "train.py", None, []),
+    ("python -m torch.distributed.run --standalone --nproc_per_node 2 train.py", "torchrun", "train.py", None, []),
+])
+def test_a_launcher_that_runs_the_script_through_another_program(cmd, launcher, script, module, args):
+    (launch,) = parse_launches(cmd, "run.sh")
+    assert (launch.launcher, launch.script, launch.module, [a.text for a in launch.args]) == (
+        launcher, script, module, args)
+
+
+@pytest.mark.parametrize("cmd", ["git log -- train.py", "composer --version", "echo composer train.py"])
+def test_a_command_that_only_names_a_script_launches_nothing(cmd):
+    assert parse_launches(cmd, "run.sh") == []
+
+
+def test_a_composer_launch_binds_to_the_script_it_names_with_its_recipe(tmp_path):
+    root = _project(tmp_path, {
+        "scripts/train/train.py": "import sys\nprint(sys.argv[1])\n",
+        "scripts/train/yamls/ft.yaml": "fsdp_config:\n  sharding_strategy: FULL_SHARD\n",
+        "scripts/train/run.sh": "cd \"$(dirname \"$0\")\"\ncomposer train.py yamls/ft.yaml\n",
+        # Another folder's train.py is not launched by it.
+        "examples/train.py": "print('other')\n",
+    })
+    (launch,) = launches_for(root / "scripts" / "train" / "train.py")
+    assert launch.launcher == "composer" and [a.text for a in launch.args] == ["yamls/ft.yaml"]
+    assert launches_for(root / "examples" / "train.py") == []

@@ -567,10 +567,16 @@ ACCELERATE_FLAGS = frozenset({
 })
 # torchrun (torch.distributed.run) options that take no value.
 TORCHRUN_FLAGS = frozenset({"standalone", "no_python", "module", "m", "run_path", "use_env", "h", "help"})
+# Composer's launcher (`composer [-n N] train.py recipe.yaml ...`, mosaicml 0.32 composer/cli/launcher.py): options
+# without a value; `-m`/`--module_mode` runs the script as a module, `-c`/`--command_mode` runs it as a command.
+COMPOSER_FLAGS = frozenset({"verbose", "v", "module_mode", "m", "command_mode", "c", "version", "h", "help"})
 # Options of `accelerate launch` kept as launch settings (besides every `--fsdp_*`).
 _ACCELERATE_KEPT = ("mixed_precision", "num_processes", "num_machines")
+# Programs that run the command after their own options: process managers of clusters (Slurm, MPI, Horovod, LSF
+# jsrun, Cray aprun, TACC ibrun), containers and process utilities.
 _WRAPPERS = {"srun", "mpirun", "mpiexec", "env", "nohup", "time", "exec", "stdbuf", "numactl", "taskset", "nice",
-             "ionice", "singularity", "apptainer", "xargs", "sudo", "timeout", "caffeinate"}
+             "ionice", "singularity", "apptainer", "xargs", "sudo", "timeout", "caffeinate", "horovodrun", "jsrun",
+             "aprun", "ibrun"}
 # Two-word prefixes that run the command after them: environment runners, and ezpz's launcher (`ezpz launch
 # python3 -m pkg.train ...` starts the command on every rank through mpiexec/torchrun, ezpz docs/cli).
 _RUNNERS = {("uv", "run"), ("poetry", "run"), ("pixi", "run"), ("pipenv", "run"), ("conda", "run"),
@@ -700,6 +706,8 @@ def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[s
     if b == "deepspeed":
         launch = _generic(rest, w0.line, file, text, path, "deepspeed", frozenset({"autotuning"}))
         return launch
+    if b == "composer":
+        return _composer(rest, w0.line, file, text, path, env_words)
     if _is_python(b):
         j = 0
         while j < len(rest) and rest[j].text.startswith("-") and rest[j].text not in ("-m", "-c", "-"):
@@ -721,12 +729,19 @@ def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[s
         return None
     if w0.text.endswith(".py") and not w0.unknown:
         return _bind(Launch(file, w0.line, "python", text=text, path=path), w0, None, rest)
+    # Another program that runs a command given after `--` (`kubectl exec POD -- python train.py`, `ray job
+    # submit -- python train.py`): that command is the launch when it starts with an interpreter or launcher
+    # (`git log -- train.py` names a file, it runs nothing).
+    for k, w in enumerate(rest):
+        if w.text == "--" and not w.unknown and k + 1 < len(rest) and _starts_launcher(rest[k + 1]) \
+                and not rest[k + 1].text.endswith(".py"):
+            return _launch_from_words(rest[k + 1:], file, text, path, env_words)
     return None
 
 
 def _starts_launcher(w: Word) -> bool:
     b = _base(w)
-    return b in ("accelerate", "torchrun", "deepspeed", "sbatch") or _is_python(b) or (
+    return b in ("accelerate", "torchrun", "deepspeed", "sbatch", "composer") or _is_python(b) or (
         w.text.endswith(".py") and not w.text.startswith("-"))
 
 
@@ -767,6 +782,21 @@ def _generic(words: list[Word], line: int, file: str, text: str, path, launcher:
         if module:
             return _bind(launch, None, w.text, words[j + 1:])
         return _bind(launch, w, None, words[j + 1:])
+    return launch
+
+
+def _composer(words, line, file, text, path, env_words) -> Optional[Launch]:
+    """`composer [options] SCRIPT ARGS...` runs `python SCRIPT ARGS` on each rank; with `-m` SCRIPT is a module,
+    with `-c` it is a command of its own (read as one)."""
+    launch = _generic(words, line, file, text, path, "composer", COMPOSER_FLAGS)
+    if "module_mode" in launch.options and launch.script and not launch.module:
+        launch.module, launch.script = launch.script, None
+    if ("c" in launch.options or "command_mode" in launch.options) and launch.script:
+        got = _launch_from_words([Word(launch.script, line, launch.script_open), *launch.args], file, text, path,
+                                 env_words)
+        if got is not None:
+            got.line = line
+        return got
     return launch
 
 
