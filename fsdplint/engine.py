@@ -201,9 +201,15 @@ def lint_text(
             out = merge(runs, under(Run()), [under(r, p) for r, p in zip(runs, probes)])
             free = [Run(r.launch, frozenset(p)) for r, p in zip(runs, probes) if p]
         elif "add_argument" in text or "Parser" in text or "Fire(" in text:
+            from fsdplint.launch.runs import candidate_runs, merge_candidates
+
+            finder = project.find_module if project is not None and path is not None else None
+            candidates = candidate_runs(path, text, settings.options, settings.use_installed, finder)
             probe: set = set()
             out = under(Run(), probe)
             free = [Run(None, frozenset(probe))] if probe else []
+            if candidates:  # lone recipes that fit the parser: each a candidate launch, its findings warnings
+                out = merge_candidates(candidates, out, [under(r) for r in candidates])
         else:
             free, out = [], None
         if out is not None:

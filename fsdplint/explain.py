@@ -85,7 +85,23 @@ def explain_file(filename: str, settings) -> list[str]:
             what = f"-m {l.module}" if l.module else l.script
             lines.append(f"    {l.label}: {l.launcher} {what} ({where})")
     else:
-        lines.append("  launches: none (linted under the script's defaults)")
+        candidates = []
+        if path.suffix in (".py", ".pyi"):
+            from fsdplint.launch.arguments import might_parse_arguments
+            from fsdplint.launch.runs import candidate_runs
+
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            if might_parse_arguments(text):
+                candidates = candidate_runs(path, text, options, settings.use_installed)
+        if candidates:
+            lines.append("  launches: none named; candidates inferred from lone recipes that fit the script's "
+                         "arguments (their findings are warnings):")
+            lines.extend(f"    {r.launch.file} (linted under the script's defaults too)" for r in candidates)
+        else:
+            lines.append("  launches: none (linted under the script's defaults)")
     configs = _configs(path, runs, options)
     lines.append("  launch configs read: " + (", ".join(configs) if configs else "none"))
     lines.append("  library versions:")

@@ -788,6 +788,8 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = (), free: frozenset 
                     break
         elif defs.file_arg and words and words[0].text.endswith((".yaml", ".yml", ".json")):
             recipe = words.pop(0)
+        if recipe is None and getattr(launch, "recipe", None):
+            recipe = _word(launch.recipe)  # a candidate launch: the lone recipe's values
         if recipe is None and defs.recipe is not None:
             recipe = _word(defs.recipe)
         if recipe is not None:

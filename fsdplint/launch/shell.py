@@ -601,6 +601,9 @@ class Launch:
     env: dict[str, Word] = field(default_factory=dict)
     script_open: bool = False  # the script's path starts with a part the reader cannot know (`$DIR/train.py`)
     cds: tuple = ()  # the `cd DIR` words run before the launch, in order
+    # A candidate launch inferred from a lone recipe that fits the script's parser (`fsdplint.launch.recipes`):
+    # the recipe's path; its values are bound as the script's arguments.
+    recipe: Optional[str] = None
 
     @property
     def label(self) -> str:
@@ -1078,6 +1081,22 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
             if launch.is_fsdp_capable and runs_script(launch, script, root):
                 out.append(launch)
     return out
+
+
+def mentioned_by_launchers(root: Path, name: str) -> bool:
+    """Does a shell script or documented command of the project mention the file name `name`?"""
+    for sh in shell_files(root, 4 if has_marker(root) else 0):
+        try:
+            st = sh.stat()
+            tkey = (str(sh), st.st_mtime_ns, st.st_size)
+            text = _TEXTS.get(tkey)
+            if text is None:
+                text = _TEXTS[tkey] = sh.read_text(encoding="utf-8", errors="replace")[:_MAX_SHELL_BYTES]
+        except OSError:
+            continue
+        if name in text:
+            return True
+    return False
 
 
 def launches_from_command(cmd: str) -> list[Launch]:
