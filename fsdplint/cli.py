@@ -36,7 +36,7 @@ def _split(values: Iterable[str]) -> list[str]:
 
 
 def _targets(target_version: Iterable[str], torch_version: Optional[str]) -> dict[str, str]:
-    from fsdplint.toolconfigs.defaults import TOOL_PACKAGES
+    from fsdplint.launch.tools.defaults import TOOL_PACKAGES
     from fsdplint.versions import PACKAGES, parse_version
 
     known = (*PACKAGES, *TOOL_PACKAGES)  # libraries, and the training tools whose configs are linted
@@ -68,7 +68,7 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
         if not path.exists() and not path.is_symlink():
             raise UsageError(f"{p}: No such file or directory")
         if path.is_dir():
-            from fsdplint.toolconfigs.launchers import accelerate_configs_named_by, search_root
+            from fsdplint.launch.tools.launchers import accelerate_configs_named_by, search_root
 
             # Accelerate configs a launcher of the project passes with --config_file are linted wherever they
             # sit (the launcher may live outside the folder named here).
@@ -100,7 +100,7 @@ _YAML_SNIFF_BYTES = 1 << 20
 def _expand_launchers(paths, settings) -> tuple:
     """A shell launcher named on the command line stands for its launches: the scripts it runs are linted
     under those launches (as `--launch` would give them), the shell text is never parsed as Python."""
-    from fsdplint.launchers import is_launcher_file, launcher_targets
+    from fsdplint.launch.shell import is_launcher_file, launcher_targets
 
     out, given = [], []
     for p in paths:
@@ -140,7 +140,7 @@ def _lintable_yaml(path: Path, named: set) -> bool:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    from fsdplint.toolconfigs.read import recognise
+    from fsdplint.launch.tools.read import recognise
 
     return recognise(text, str(path)) is not None
 
@@ -297,13 +297,13 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             require("--model (the model audit)")
             settings.options["model_config"] = model_config
         if launch_cmds:
-            from fsdplint.launchers import launches_from_command
+            from fsdplint.launch.shell import launches_from_command
 
             launches = []
             for cmd in launch_cmds:
                 got = launches_from_command(cmd)
                 if not got:
-                    from fsdplint.launchers import parse_launches
+                    from fsdplint.launch.shell import parse_launches
 
                     why = ("it launches a deepspeed job, not FSDP" if parse_launches(cmd, "--launch")
                            else "no Python script or module is launched there")
@@ -311,7 +311,7 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
                 launches.extend(got)
             settings.options["launches"] = launches
         if accelerate_config:
-            from fsdplint.launch import load_accelerate_config
+            from fsdplint.launch.settings import load_accelerate_config
 
             settings.options["launch"] = load_accelerate_config(Path(accelerate_config))
         if not paths:

@@ -83,14 +83,14 @@ class LintContext:
     def analysis(self) -> "ScriptAnalysis":
         from fsdplint.analysis import ScriptAnalysis
 
-        from fsdplint import launch as launch_mod
+        from fsdplint.launch import settings as launch_mod
 
         run = self.options.get("run")
         launch = run.launch if run is not None else None
         env, dirs = None, ()
         if "add_argument" in self.source or "Parser" in self.source or "Fire(" in self.source:
-            from fsdplint import arguments
-            from fsdplint.runs import base_dirs
+            from fsdplint.launch import arguments
+            from fsdplint.launch.runs import base_dirs
 
             try:
                 finder = self.project.find_module if self.project is not None and self.path is not None else None
@@ -108,7 +108,7 @@ class LintContext:
         yaml_facts = self.options.get("launch")
         if yaml_facts is None and launch is not None:
             if not dirs:
-                from fsdplint.runs import base_dirs
+                from fsdplint.launch.runs import base_dirs
 
                 dirs = base_dirs(run, self.path)
             yaml_facts = launch_mod.from_launcher(launch, dirs)
@@ -124,21 +124,21 @@ class LintContext:
             # mean the project's config; `python train.py` and `torchrun` never read one.)
             yaml_facts = launch_mod.find_accelerate_config(self.path)
             if yaml_facts is None:
-                from fsdplint.toolconfigs.jobs import launcher_config
+                from fsdplint.launch.tools.jobs import launcher_config
 
                 # An accelerate config elsewhere (configs/fsdp.yaml) that a launcher names with this script.
                 yaml_facts = launcher_config(self.path, self.options.get("project_root"))
         script_facts = launch_mod.from_script(a)
         if script_facts is not None and script_facts.fsdp_version is not None and script_facts.get("version") is None \
                 and script_facts.get("sharding") is not None:
-            from fsdplint.toolconfigs.defaults import trainer_fsdp_version
+            from fsdplint.launch.tools.defaults import trainer_fsdp_version
 
             # TrainingArguments(fsdp=...) without a version: the Trainer's default, by transformers version.
             script_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers", a.c))
         arg_facts = launch_mod.from_arguments(env, dirs) if env is not None else None
         if arg_facts is not None and arg_facts.fsdp_version is not None and arg_facts.get("version") is None \
                 and arg_facts.get("sharding") is not None:
-            from fsdplint.toolconfigs.defaults import trainer_fsdp_version
+            from fsdplint.launch.tools.defaults import trainer_fsdp_version
 
             # `--fsdp "full_shard auto_wrap"` on the command line: the same default as TrainingArguments(fsdp=...).
             arg_facts.fsdp_version, _ = trainer_fsdp_version(self.version("transformers", a.c))

@@ -23,7 +23,7 @@ from fsdplint.fixes import apply_edits, to_fix
 from fsdplint.noqa import NoqaMap
 from fsdplint.registry import all_rules, rules_by_code
 from fsdplint.relocate import CAUSE, OWN_MESSAGE, relocate
-from fsdplint.runs import branch_notes
+from fsdplint.launch.runs import branch_notes
 from fsdplint.source import SourceError, SourceFile, decode
 from fsdplint.notebook import Notebook, is_notebook, read_notebook
 
@@ -189,7 +189,7 @@ def lint_text(
         return [_cpython_verdict(text, filename) or _finding(SYNTAX_ERROR, filename, f"cannot parse: {detail}")]
 
     if "run" not in settings.options:
-        from fsdplint.runs import Run, add_switched, merge, runs_for, told_apart
+        from fsdplint.launch.runs import Run, add_switched, merge, runs_for, told_apart
 
         def under(run, probe=None):
             opts = {**settings.options, "run": run, "switch_probe": probe}
@@ -201,9 +201,15 @@ def lint_text(
             out = merge(runs, under(Run()), [under(r, p) for r, p in zip(runs, probes)])
             free = [Run(r.launch, frozenset(p)) for r, p in zip(runs, probes) if p]
         elif "add_argument" in text or "Parser" in text or "Fire(" in text:
+            from fsdplint.launch.runs import candidate_runs, merge_candidates
+
+            finder = project.find_module if project is not None and path is not None else None
+            candidates = candidate_runs(path, text, settings.options, settings.use_installed, finder)
             probe: set = set()
             out = under(Run(), probe)
             free = [Run(None, frozenset(probe))] if probe else []
+            if candidates:  # lone recipes that fit the parser: each a candidate launch, its findings warnings
+                out = merge_candidates(candidates, out, [under(r) for r in candidates])
         else:
             free, out = [], None
         if out is not None:
@@ -307,7 +313,7 @@ def lint_text(
     if probe is not None and a is not None:
         probe.update(a.__dict__.get("switched_off", ()))
     if run is not None and run.free and a is not None:
-        from fsdplint.runs import needed_switches
+        from fsdplint.launch.runs import needed_switches
 
         for i, f in enumerate(findings):
             flags = needed_switches(ctx, f, run.free, rows.get(i, ()))
@@ -483,7 +489,7 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
     from dataclasses import replace
 
     from fsdplint.errors import UsageError
-    from fsdplint.launch import parse_accelerate_config
+    from fsdplint.launch.settings import parse_accelerate_config
 
     if "distributed_type" not in text and "fsdp_config" not in text:
         return []  # not an accelerate config: not ours to judge
@@ -501,7 +507,7 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
     yaml_settings = replace(settings, options={**settings.options, "launch": facts}, prefilter=False)
     out = [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
     if path is not None and facts.uses_fsdp and settings.options.get("discover_launch", True):
-        from fsdplint.toolconfigs.jobs import jobs_launched_with
+        from fsdplint.launch.tools.jobs import jobs_launched_with
 
         for job in jobs_launched_with(path, facts, settings.options.get("project_root"),
                                       lambda p: _library_versions(p, settings, fcfg),
@@ -512,8 +518,8 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
 
 def lint_tool_yaml(text: str, filename: str, settings: Settings, fcfg: FileConfig, path: Optional[Path]) -> list[Finding]:
     """An axolotl / LLaMA-Factory config: the rules' job side, and their launch side on its FSDP settings."""
-    from fsdplint.toolconfigs.read import read_job
-    from fsdplint.toolconfigs.jobs import launch_for_job
+    from fsdplint.launch.tools.read import read_job
+    from fsdplint.launch.tools.jobs import launch_for_job
 
     job = read_job(text, filename, path=path, explicit=settings.targets, use_installed=settings.use_installed,
                    versions=_library_versions(path, settings, fcfg))
@@ -769,7 +775,7 @@ def _cell_line(book: Notebook, m) -> str:
 
 def _lint_text_of(filename, settings, path, fcfg, src, text) -> FileResult:
     if filename.endswith((".yaml", ".yml")):
-        from fsdplint.toolconfigs.read import recognise
+        from fsdplint.launch.tools.read import recognise
 
         if recognise(text, filename) is not None:
             return FileResult(filename, lint_tool_yaml(text, filename, settings, fcfg, path), source=src)

@@ -27,8 +27,8 @@ def _root(path: Path, linted: Optional[str]) -> str:
 
 
 def _configs(path: Path, runs, options) -> list[str]:
-    from fsdplint import launch as launch_mod
-    from fsdplint.runs import base_dirs
+    from fsdplint.launch import settings as launch_mod
+    from fsdplint.launch.runs import base_dirs
 
     out: list[str] = []
     given = options.get("launch")
@@ -50,7 +50,7 @@ def _configs(path: Path, runs, options) -> list[str]:
         if facts is not None and facts.source:
             out.append(f"{facts.source} (the one FSDP accelerate config next to the script)")
         else:
-            from fsdplint.toolconfigs.jobs import launcher_config
+            from fsdplint.launch.tools.jobs import launcher_config
 
             facts = launcher_config(path, options.get("project_root"))
             if facts is not None and facts.source:
@@ -61,7 +61,7 @@ def _configs(path: Path, runs, options) -> list[str]:
 def explain_file(filename: str, settings) -> list[str]:
     """The lines `-v` prints for one linted file."""
     from fsdplint.engine import FileConfig
-    from fsdplint.runs import runs_for
+    from fsdplint.launch.runs import runs_for
     from fsdplint.versions import resolve
 
     path = Path(filename) if filename != "-" else None
@@ -85,7 +85,23 @@ def explain_file(filename: str, settings) -> list[str]:
             what = f"-m {l.module}" if l.module else l.script
             lines.append(f"    {l.label}: {l.launcher} {what} ({where})")
     else:
-        lines.append("  launches: none (linted under the script's defaults)")
+        candidates = []
+        if path.suffix in (".py", ".pyi"):
+            from fsdplint.launch.arguments import might_parse_arguments
+            from fsdplint.launch.runs import candidate_runs
+
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            if might_parse_arguments(text):
+                candidates = candidate_runs(path, text, options, settings.use_installed)
+        if candidates:
+            lines.append("  launches: none named; candidates inferred from lone recipes that fit the script's "
+                         "arguments (their findings are warnings):")
+            lines.extend(f"    {r.launch.file} (linted under the script's defaults too)" for r in candidates)
+        else:
+            lines.append("  launches: none (linted under the script's defaults)")
     configs = _configs(path, runs, options)
     lines.append("  launch configs read: " + (", ".join(configs) if configs else "none"))
     lines.append("  library versions:")

@@ -1,4 +1,4 @@
-"""The YAML side of the rules: reporting on a training-tool job (fsdplint.toolconfigs)."""
+"""The YAML side of the rules: reporting on a training-tool job (fsdplint.launch.tools)."""
 
 from __future__ import annotations
 

@@ -32,6 +32,37 @@ _MODEL_TYPES = {"qwen3_moe": "qwen3_moe", "qwen2_moe": "qwen2_moe", "gemma3": "g
 _REGEX_CHARS = re.compile(r"[\\^$*+?()\[\]{}|]")
 
 
+def family_of(model_id: Any, model_class: Any = None, config_dir: Optional[Path] = None) -> tuple[Optional[str], str]:
+    """Architecture family from a local config.json, a model class name (LlamaForCausalLM) or a
+    well-known hub id; (None, "") when unsure (then LoRA target names are not checked)."""
+    if isinstance(model_id, str) and config_dir is not None:
+        local = Path(model_id)
+        if not local.is_absolute():
+            local = config_dir / local
+        cfg = local / "config.json"
+        if cfg.is_file():
+            try:
+                mt = str(json.loads(cfg.read_text(encoding="utf-8")).get("model_type", "")).lower()
+            except (OSError, ValueError, AttributeError):
+                mt = ""
+            fam = _MODEL_TYPES.get(mt, mt)
+            if fam in FAMILIES:
+                return fam, str(cfg)
+    if isinstance(model_class, str):
+        m = re.fullmatch(r"([A-Za-z0-9]+)For[A-Za-z]+", model_class.strip())
+        if m and m.group(1).lower() != "auto":
+            stem = m.group(1).lower()
+            by_flat = {f.replace("_", ""): f for f in FAMILIES}
+            fam = by_flat.get(stem)
+            if fam is not None:
+                return fam, model_class.strip()
+    if isinstance(model_id, str):
+        for pat, fam in _MODEL_IDS:
+            if re.search(pat, model_id.lower()):
+                return fam, model_id
+    return None, ""
+
+
 def _family_from_config(ctx) -> tuple[Optional[str], str]:
     cfg: Any = ctx.options.get("model_config") if hasattr(ctx, "options") else None
     where = "the --model config"
@@ -80,7 +111,8 @@ def check_job(rule, ctx, job) -> None:
     """An axolotl / LLaMA-Factory job: its LoRA target names against its architecture (known family only)."""
     from fsdplint.rules._jobs import report_job
 
-    targets, family = job.lora_targets, job.family
+    targets = job.lora_targets
+    family, family_source = family_of(*job.model_ref)
     if not targets or family is None or job.adapter is None:
         return
     names = FAMILIES[family]
@@ -98,7 +130,7 @@ def check_job(rule, ctx, job) -> None:
     hints = sorted({c for _, cl in missing for c in cl})
     effect = ("peft raises ValueError: Target modules ... not found in the base model"
               if len(missing) == len(targets) else "peft silently skips it and trains fewer adapters than configured")
-    msg = f"LoRA target {bad} matches no module of {family} ({job.family_source}): {effect}"
+    msg = f"LoRA target {bad} matches no module of {family} ({family_source}): {effect}"
     if hints:
         msg += f". Did you mean {', '.join(hints)}?"
     report_job(ctx, job.targets_setting, msg, None)

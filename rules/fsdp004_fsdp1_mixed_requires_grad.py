@@ -9,7 +9,7 @@ from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
-from fsdplint.toolconfigs.defaults import use_orig_params_default
+from fsdplint.launch.tools.defaults import use_orig_params_default
 
 # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
 _POLICY_POSITION = 4

@@ -9,12 +9,12 @@ from fsdplint.rule import Rule, Valid
 def settings_for(rule: type[Rule], example: Valid, fix: str | None = None) -> Settings:
     options = dict(example.options)
     if "accelerate_config" in options:
-        from fsdplint.launch import parse_accelerate_config
+        from fsdplint.launch.settings import parse_accelerate_config
 
         options["launch"] = parse_accelerate_config(options.pop("accelerate_config"), "accelerate_config.yaml")
     if "launch_command" in options:
         # A command that runs the example (its arguments bind to the script's parsers), as `--launch` gives.
-        from fsdplint.launchers import launches_from_command
+        from fsdplint.launch.shell import launches_from_command
 
         options["launches"] = launches_from_command(options.pop("launch_command"))
     if "tool_config" in options:

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from fsdplint.analysis import UNKNOWN
-from fsdplint.arguments import bind, library_fields, parse_definitions
-from fsdplint.launchers import parse_launches
+from fsdplint.launch.arguments import bind, library_fields, parse_definitions
+from fsdplint.launch.shell import parse_launches
 
 
 def _env(src: str, cmd: str | None = None, dirs=(), use_installed: bool = True):

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from fsdplint.cli import main
-from fsdplint.launchers import launches_for
+from fsdplint.launch.shell import launches_for
 
 TARGETS = [
     "--target-version", "torch=2.6", "--target-version", "accelerate=1.15.0", "--target-version", "peft=0.21.2",

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsdplint.cli import main
-from fsdplint.launchers import launches_for
+from fsdplint.launch.shell import launches_for
 from test_launch_binding import QLORA_BY_CHOICE, TARGETS
 
 

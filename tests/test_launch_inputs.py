@@ -13,7 +13,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from fsdplint.arguments import fire_value
+from fsdplint.launch.arguments import fire_value
 from fsdplint.cli import main
 from fsdplint.versions import project_dirs
 

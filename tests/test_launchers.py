@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fsdplint.launchers import launches_for, parse_launches, runs_script
+from fsdplint.launch.shell import launches_for, parse_launches, runs_script
 
 
 def _launches(sh: str):

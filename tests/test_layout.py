@@ -110,5 +110,47 @@ def test_a_cycle_through_a_package_init_is_seen():
 
 
 def test_lazy_imports_inside_functions_count():
-    tree = ast.parse("def f():\n    from fsdplint.arguments import ArgEnv\n")
-    assert _imports(tree, {"fsdplint.arguments"}) == {"fsdplint.arguments"}
+    tree = ast.parse("def f():\n    from fsdplint.launch.arguments import ArgEnv\n")
+    assert _imports(tree, {"fsdplint.launch.arguments"}) == {"fsdplint.launch.arguments"}
+
+
+# What turns a project into launches sits below what reads scripts: the launch package never imports the
+# analysis, the engine, the rules, the audit, the run or the output, even lazily (else launch knowledge
+# would again depend on the code that consumes it).
+LAUNCH_FLOOR = ("fsdplint.analysis", "fsdplint.engine", "fsdplint.rules", "fsdplint.audit", "fsdplint.run",
+                "fsdplint.output", "fsdplint.context", "fsdplint.cli")
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        n = todo.pop()
+        for d in graph.get(n, ()):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+def _banned(name: str) -> bool:
+    return any(name == b or name.startswith(b + ".") for b in LAUNCH_FLOOR)
+
+
+def test_launch_package_sits_below_the_analysis():
+    graph = _graph()
+    launch = sorted(n for n in graph if n == "fsdplint.launch" or n.startswith("fsdplint.launch."))
+    assert "fsdplint.launch.shell" in launch and "fsdplint.launch.tools.axolotl" in launch
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    bad = {}
+    for name in launch:
+        # Direct imports, including those of modules outside the graph (the rules ship from rules/).
+        direct = _imports(ast.parse(modules[name].read_text()), modules)
+        hits = sorted(d for d in direct | _reachable(graph, name) if _banned(d))
+        if hits:
+            bad[name] = hits
+    assert not bad, f"the launch package imports above its floor: {bad}"
+
+
+def test_floor_check_sees_a_lazy_import_of_the_rules():
+    tree = ast.parse("def f():\n    from fsdplint.rules._lora_targets import X\n")
+    assert any(_banned(d) for d in _imports(tree, set()))

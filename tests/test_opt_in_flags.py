@@ -229,7 +229,7 @@ class Opts:
 
 
 def test_which_options_are_opt_in_flags():
-    from fsdplint.arguments import bind, parse_definitions
+    from fsdplint.launch.arguments import bind, parse_definitions
 
     env = bind(parse_definitions(SWITCHES, use_installed=False))
     assert env.switches == {"--use_lora": True, "--no_offload": False, "--use_fsdp": "True", "--compile": True,

@@ -4,7 +4,7 @@ flags are not told apart is kept, as a warning that says it needs some of them a
 from __future__ import annotations
 
 from fsdplint.findings import Finding, Position, Severity
-from fsdplint.runs import Run, add_switched, told_apart
+from fsdplint.launch.runs import Run, add_switched, told_apart
 
 
 def _finding(flags: str) -> Finding:

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from fsdplint.cli import main
-from fsdplint.toolconfigs.launchers import accelerate_configs_named_by
-from fsdplint.toolconfigs.read import recognise
+from fsdplint.launch.tools.launchers import accelerate_configs_named_by
+from fsdplint.launch.tools.read import recognise
 
 ROOT = Path(__file__).resolve().parent.parent
 TC = ROOT / "fixtures" / "toolconfigs"

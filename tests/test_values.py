@@ -8,8 +8,8 @@ import textwrap
 import libcst as cst
 
 from fsdplint.analysis import UNKNOWN, ScriptAnalysis
-from fsdplint.arguments import bind, parse_definitions
-from fsdplint.launchers import parse_launches
+from fsdplint.launch.arguments import bind, parse_definitions
+from fsdplint.launch.shell import parse_launches
 
 
 def _analysis(src: str, cmd: str | None = None) -> ScriptAnalysis:
@@ -159,7 +159,7 @@ def test_value_conditions_in_a_loop_are_not_told():
 
 
 def test_training_arguments_from_a_dict_filled_by_keys():
-    from fsdplint.launch import from_script
+    from fsdplint.launch.settings import from_script
 
     src = """
     from transformers import TrainingArguments

@@ -297,7 +297,7 @@ def test_fsdp_in_code_opens_the_gate():
 def test_behaviour_entries_cite_what_was_read():
     from packaging.version import Version
 
-    from fsdplint.toolconfigs.defaults import TOOL_PACKAGES
+    from fsdplint.launch.tools.defaults import TOOL_PACKAGES
 
     for key, b in behaviour.BEHAVIOURS.items():
         assert b.key == key and b.read and b.what and b.package in versions.PACKAGES + TOOL_PACKAGES

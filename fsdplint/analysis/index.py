@@ -28,6 +28,8 @@ import libcst as cst
 from fsdplint.analysis import reads
 from fsdplint.apis import QUALIFIED, SUMMARY_CALLS, SUMMARY_WORDS, TRIGGER_WORDS, api_of
 from fsdplint.findings import Related
+from fsdplint.module_exports import dotted_name as _dotted
+from fsdplint.module_exports import dunder_all  # noqa: F401  (re-exported)
 from fsdplint.roots import ROOT_MARKERS, find_root, linted_root  # noqa: F401  (re-exported)
 
 # Top-level packages that are libraries whatever the project holds (their behaviour is data in apis.py).
@@ -58,17 +60,6 @@ def content_hash(text: str) -> str:
 
 
 # -- fact sheets ---------------------------------------------------------------------------
-def _dotted(node: ast.AST) -> Optional[str]:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
 def _function_sheet(fn, lines: list[str]) -> dict:
     body = "\n".join(lines[fn.lineno - 1: fn.end_lineno])
     calls = sorted({d for n in ast.walk(fn) if isinstance(n, ast.Call) for d in [_dotted(n.func)] if d})
@@ -147,41 +138,6 @@ def fact_sheet(text: str) -> dict:
                                            "bases": [d for b in node.bases for d in [_dotted(b)] if d],
                                            "methods": methods}
     return sheet
-
-
-def dunder_all(stmts) -> Optional[list]:
-    """The names a literal module-level `__all__` lists (`=`, `+=`, `.extend`/`.append`); None when the
-    module has none or builds it in a way a parse cannot read (then every public name counts)."""
-    names: Optional[list] = None
-
-    def strings(node) -> Optional[list]:
-        if isinstance(node, (ast.List, ast.Tuple)) and all(
-                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
-            return [e.value for e in node.elts]
-        return None
-
-    for node in stmts:
-        target = value = None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value, add = node.targets[0], node.value, False
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-            target, value, add = node.target, node.value, isinstance(node, ast.AugAssign)
-        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-              and _dotted(node.value.func) in ("__all__.extend", "__all__.append") and node.value.args):
-            arg = node.value.args[0]
-            more = strings(arg) if node.value.func.attr == "extend" else (
-                [arg.value] if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None)
-            if more is None or names is None:
-                return None
-            names += more
-            continue
-        if not (isinstance(target, ast.Name) and target.id == "__all__"):
-            continue
-        found = strings(value)
-        if found is None or (add and names is None):
-            return None
-        names = (names if add else []) + found
-    return names
 
 
 @dataclass

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import libcst as cst
 
 from fsdplint.collect import AttrSet, Call
+from fsdplint.unknown import UNKNOWN  # noqa: F401  (re-exported: the analysis' name for it)
 
 if TYPE_CHECKING:  # pragma: no cover
     from fsdplint.analysis.timeline import Timeline
@@ -23,7 +24,6 @@ SAME_MODEL_APIS = {
     "torch_compile": (0, "model"),
 }
 SAME_MODEL_METHODS = {"to", "cuda", "half", "bfloat16", "float", "requires_grad_", "train", "eval", "to_empty"}
-UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN", "__bool__": lambda self: False})()
 
 
 @dataclass(frozen=True)

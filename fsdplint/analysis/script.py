@@ -58,7 +58,7 @@ class ScriptAnalysis(Values, Paths, Builder):
         # The project (analysis/index.py): calls to its functions in other modules run as if inlined.
         self.project = project
         self.path = path.resolve() if path is not None else None
-        # Parsed command-line arguments' values (fsdplint.arguments.ArgEnv): code they rule out is left out.
+        # Parsed command-line arguments' values (fsdplint.launch.arguments.ArgEnv): code they rule out is left out.
         self.env = env
         if project is not None and self.path is not None:
             self._qualify_through_stars()

@@ -2,7 +2,7 @@
 
 `value()` gives one constant (or a `QName`, or UNKNOWN). `values()` gives the set of constants an
 expression may hold: through reassignments inside `if`s, `a if c else b`, parameter defaults and
-the values of parsed command-line arguments (`env`, see `fsdplint.arguments`), capped at
+the values of parsed command-line arguments (`env`, see `fsdplint.launch.arguments`), capped at
 `MAX_VALUES` (more widens to UNKNOWN). `truth()` evaluates a test to the set of its possible truth
 values; a branch whose test cannot hold with the known values is dead (`dead_guard`), and the
 analysis leaves its code out.
@@ -27,7 +27,7 @@ MAX_VALUES = 8
 class Values:
     """Mixin of `ScriptAnalysis`: what an expression evaluates to, when the file says it plainly."""
 
-    # The parsed command-line arguments' values (`fsdplint.arguments.ArgEnv`), when the script parses any.
+    # The parsed command-line arguments' values (`fsdplint.launch.arguments.ArgEnv`), when the script parses any.
     env: Any = None
 
     def value(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope] = None, depth: int = 0) -> Any:

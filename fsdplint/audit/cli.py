@@ -162,7 +162,7 @@ def _tool_spec(config, config_json, flags):
     if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
         return None
     from fsdplint.audit.spec import AuditInputError, apply_overrides
-    from fsdplint.toolconfigs.read import read_job
+    from fsdplint.launch.tools.read import read_job
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -183,10 +183,10 @@ def _tool_spec(config, config_json, flags):
         raise AuditInputError(f"{path}:1: not an axolotl, LLaMA-Factory or trl recipe config "
                               f"(YAML audit specs are not supported)")
     if job.launch is None:
-        from fsdplint.toolconfigs.jobs import launch_for_job
+        from fsdplint.launch.tools.jobs import launch_for_job
 
         launch_for_job(job, path)  # FSDP from the accelerate config a launcher names with it
-    from fsdplint.toolconfigs.audit_spec import spec_for_job
+    from fsdplint.audit.tool_job_spec import spec_for_job
 
     spec = spec_for_job(job, config_json)
     apply_overrides(spec, flags)

@@ -51,7 +51,7 @@ def _commands(launches, command) -> list[tuple[list[str], str]]:
     elif command:  # `fsdplint run train.py`: the launches the static side found for it
         from pathlib import Path
 
-        from fsdplint.launchers import launches_for
+        from fsdplint.launch.shell import launches_for
 
         script = Path(command[0])
         if not script.is_file():

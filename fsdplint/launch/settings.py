@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.analysis.records import UNKNOWN
+from fsdplint.unknown import UNKNOWN
 from fsdplint.errors import UsageError
 
 # Top-level accelerate keys worth keeping (besides fsdp_config).
@@ -297,7 +297,7 @@ def from_script(analysis) -> Optional[LaunchFacts]:
 def _add_dict(facts: LaunchFacts, analysis, expr, scope, before=None) -> None:
     import libcst as cst
 
-    from fsdplint.analysis.records import UNKNOWN
+    from fsdplint.unknown import UNKNOWN
 
     entries = analysis.dict_entries(expr, scope, before)
     if entries is not None:
@@ -366,7 +366,7 @@ def from_launcher(launch, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
     accelerate's launch command); None when the launch says nothing about FSDP."""
     if launch.launcher != "accelerate":
         return None
-    from fsdplint.arguments import resolve_file
+    from fsdplint.launch.arguments import resolve_file
 
     facts: Optional[LaunchFacts] = None
     cfg = launch.options.get("config_file")
@@ -428,7 +428,7 @@ def from_launch_env(launch) -> Optional[LaunchFacts]:
 def from_arguments(env, base_dirs: tuple = ()) -> Optional[LaunchFacts]:
     """TrainingArguments fields given on the command line or in a recipe (`--fsdp "full_shard auto_wrap"
     --fsdp_config fsdp.json`, `--gradient_checkpointing`), as the Trainer would receive them."""
-    from fsdplint.analysis.records import UNKNOWN
+    from fsdplint.unknown import UNKNOWN
 
     if not env.training:
         return None
@@ -462,7 +462,7 @@ def _add_config_file(facts: LaunchFacts, name: str, base_dirs: tuple) -> None:
     """The keys of the `--fsdp_config` JSON/YAML file, each at its line."""
     import os
 
-    from fsdplint.arguments import read_mapping, resolve_file
+    from fsdplint.launch.arguments import read_mapping, resolve_file
 
     path = resolve_file(name, base_dirs)
     if path is None:

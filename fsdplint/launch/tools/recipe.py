@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.toolconfigs.job import Job, Quant, dtype_name, family_of
+from fsdplint.launch.tools.job import Job, Quant, dtype_name
 
 _MODEL_KEYS = frozenset({"use_peft", "load_in_4bit", "load_in_8bit", "lora_target_modules", "torch_dtype", "dtype",
                          "lora_r", "bnb_4bit_quant_storage"})
@@ -30,11 +30,11 @@ def looks_like(keys: set) -> bool:
 
 
 def fill(job: Job, versions: dict, path: Optional[Path]) -> None:
-    from fsdplint.toolconfigs.llamafactory import _fill_fsdp
+    from fsdplint.launch.tools.llamafactory import _fill_fsdp
 
     job.model = job.get("model_name_or_path")
     config_dir = path.parent if path is not None else None
-    job.family, job.family_source = family_of(job.value("model_name_or_path"), None, config_dir)
+    job.model_ref = (job.value("model_name_or_path"), None, config_dir)
     if job.value("use_peft") is True:
         job.adapter = job.get("use_peft")
         targets = job.value("lora_target_modules")

@@ -26,7 +26,7 @@ from fsdplint.findings import Finding, Position, Related, Severity
 
 @dataclass
 class Run:
-    launch: Optional[object] = None  # fsdplint.launchers.Launch; None: the script's own defaults
+    launch: Optional[object] = None  # fsdplint.launch.shell.Launch; None: the script's own defaults
     free: frozenset = frozenset()  # opt-in flags (option strings) this run lets take either value
 
     @property
@@ -36,7 +36,7 @@ class Run:
 
 def runs_for(path: Optional[Path], filename: str, options) -> list[Run]:
     """The launches that run this file: from `--launch` when given, else the project's shell scripts."""
-    from fsdplint import launchers
+    from fsdplint.launch import shell as launchers
 
     given = options.get("launches")
     if given is not None:
@@ -51,6 +51,66 @@ def runs_for(path: Optional[Path], filename: str, options) -> list[Run]:
     return [Run(l) for l in launchers.launches_for(path, options.get("project_root"))]
 
 
+def candidate_runs(path: Optional[Path], text: str, options, use_installed: bool = True, find_module=None) -> list[Run]:
+    """With no launcher running the script (and no `--launch`): one candidate run per lone recipe that fits
+    its parser (`fsdplint.launch.recipes`); its findings are merged by `merge_candidates`."""
+    if path is None or options.get("launches") is not None or not options.get("discover_launch", True):
+        return []
+    from fsdplint.launch import shell
+    from fsdplint.launch.arguments import parse_definitions
+    from fsdplint.launch.recipes import lone_recipes, nearby_files
+
+    try:
+        root = shell.project_root(path)
+        if not nearby_files(path, root):
+            return []  # the usual case: nothing to parse
+    except OSError:
+        return []
+    defs = parse_definitions(text, use_installed, find_module, path.resolve() if find_module is not None else None)
+    if defs is None or defs.recipe is not None:
+        return []  # the script names its own recipe: that is read already
+    out = []
+    for recipe in lone_recipes(path, root, defs):
+        if shell.mentioned_by_launchers(root, recipe.name):
+            continue  # a launcher names it (with another script, or one this reader cannot follow)
+        try:
+            display = os.path.relpath(recipe)
+            if display.startswith(".." + os.sep + ".."):
+                display = str(recipe)
+            recipe_text = recipe.read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
+            continue
+        launch = shell.Launch(display, 1, "python", script=str(path), text=recipe_text, recipe=str(recipe))
+        out.append(Run(launch))
+    return out
+
+
+def merge_candidates(runs: list[Run], defaults: list[Finding], per_run: list[list[Finding]]) -> list[Finding]:
+    """As `merge`, for candidate runs: a finding that rests on a lone recipe's values (not given by the
+    script's defaults alone) is at most a warning, and says the launch was inferred from that file."""
+    def key(f: Finding) -> tuple:
+        return (f.filename, f.start, f.code, f.message)
+
+    # The script may as well run with its defaults (the recipe is a guess): their findings stay as they are.
+    base = {key(f) for f in defaults}
+    out = list(defaults)
+    labels = {r.label: r.launch.file for r in runs}
+    for f in merge(runs, defaults, per_run):
+        launched = f.notes.get("launched by")
+        if key(f) in base or launched is None:
+            continue
+        out.append(f)
+        files = [labels.get(x.strip(), x.strip()) for x in launched.split(", ")]
+        inferred = (f"launched with the values of {', '.join(files)}: a launch inferred from that recipe, which fits "
+                    f"the script's arguments and which no launcher names; name the launch (a launcher, a documented "
+                    f"command or --launch) to confirm it")
+        f.message = f.message.replace(f"when launched by {launched}", inferred)
+        f.notes["launch inferred from"] = ", ".join(files)
+        if f.severity == Severity.ERROR:
+            f.severity = Severity.WARNING
+    return out
+
+
 def base_dirs(run: Optional[Run], path: Optional[Path]) -> tuple:
     """Where the files a launch names (config files, recipes) are looked up."""
     out = []
@@ -58,7 +118,7 @@ def base_dirs(run: Optional[Run], path: Optional[Path]) -> tuple:
     if launch is not None and getattr(launch, "path", None):
         out.append(str(Path(launch.path).parent))
     if path is not None:
-        from fsdplint.launchers import project_root
+        from fsdplint.launch.shell import project_root
 
         try:
             out.append(str(project_root(path)))

@@ -20,9 +20,9 @@ from typing import Optional
 
 from packaging.version import Version
 
-from fsdplint.launch import LaunchFacts, Setting, _norm
-from fsdplint.toolconfigs.job import Gate, Job, Quant, dtype_name, family_of
-from fsdplint.toolconfigs.defaults import BEHAVIOUR, QUANT_STORAGE_NEEDS, known, since, trainer_fsdp_version
+from fsdplint.launch.settings import LaunchFacts, Setting, _norm
+from fsdplint.launch.tools.job import Gate, Job, Quant, dtype_name
+from fsdplint.launch.tools.defaults import BEHAVIOUR, QUANT_STORAGE_NEEDS, known, since, trainer_fsdp_version
 
 _STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
 _KEYS = frozenset({"stage", "finetuning_type", "template", "dataset", "lora_target", "quantization_bit",
@@ -48,7 +48,7 @@ def fill(job: Job, versions: dict, path: Optional[Path]) -> None:
     if ft == "lora":
         job.adapter = job.get("finetuning_type") or job.get("lora_target")
     config_dir = path.parent if path is not None else None
-    job.family, job.family_source = family_of(job.value("model_name_or_path"), None, config_dir)
+    job.model_ref = (job.value("model_name_or_path"), None, config_dir)
     target = job.value("lora_target")
     if ft == "lora" and isinstance(target, str) and target.strip() and target.strip().lower() != "all":
         job.lora_targets = [t.strip() for t in target.split(",") if t.strip()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.toolconfigs.job import Job
+from fsdplint.launch.tools.job import Job
 
 
 def launch_for_job(job: Job, path: Path, root: Optional[str] = None) -> None:
@@ -15,7 +15,7 @@ def launch_for_job(job: Job, path: Path, root: Optional[str] = None) -> None:
         return
     facts = launcher_config(path, root)
     if facts is not None:
-        from fsdplint.toolconfigs.llamafactory import use_launch
+        from fsdplint.launch.tools.llamafactory import use_launch
 
         use_launch(job, facts, f"launched with {facts.source}")
 
@@ -23,8 +23,8 @@ def launch_for_job(job: Job, path: Path, root: Optional[str] = None) -> None:
 def launcher_config(path: Path, root: Optional[str] = None):
     """The FSDP LaunchFacts of the one accelerate config named with `path` by a `*.sh` launcher."""
     from fsdplint.errors import UsageError
-    from fsdplint.launch import load_accelerate_config
-    from fsdplint.toolconfigs.launchers import configs_for, search_root
+    from fsdplint.launch.settings import load_accelerate_config
+    from fsdplint.launch.tools.launchers import configs_for, search_root
 
     base = search_root(path, root)
     found = []
@@ -58,10 +58,10 @@ def jobs_launched_with(config: Path, facts, root: Optional[str], versions_for, *
     """LLaMA-Factory jobs given as launcher flags (`accelerate launch --config_file CONFIG src/train.py
     --stage sft --quantization_bit 4 ...`), each launched with this accelerate config. Values point at
     the launcher's lines. `versions_for(path)` resolves the library versions near the launcher."""
-    from fsdplint.launch import Setting
-    from fsdplint.toolconfigs.launchers import _display, lines_naming_config, search_root
-    from fsdplint.toolconfigs.llamafactory import looks_like, use_launch
-    from fsdplint.toolconfigs.read import job_from_values
+    from fsdplint.launch.settings import Setting
+    from fsdplint.launch.tools.launchers import _display, lines_naming_config, search_root
+    from fsdplint.launch.tools.llamafactory import looks_like, use_launch
+    from fsdplint.launch.tools.read import job_from_values
 
     base = search_root(config, root)
     out = []

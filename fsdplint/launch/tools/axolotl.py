@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.launch import LaunchFacts, Setting, _norm
-from fsdplint.toolconfigs.job import Gate, Job, Quant, dtype_name, family_of
-from fsdplint.toolconfigs.defaults import BEHAVIOUR, since
+from fsdplint.launch.settings import LaunchFacts, Setting, _norm
+from fsdplint.launch.tools.job import Gate, Job, Quant, dtype_name
+from fsdplint.launch.tools.defaults import BEHAVIOUR, since
 
 # Keys only axolotl configs combine with `base_model` (LLaMA-Factory and recipes use model_name_or_path).
 _KEYS = frozenset({
@@ -73,7 +73,7 @@ def fill(job: Job, versions: dict, path: Optional[Path]) -> None:
     _fill_fsdp(job)
     config_dir = path.parent if path is not None else None
     model_id = job.value("base_model_config") or job.value("base_model")
-    job.family, job.family_source = family_of(model_id, job.value("model_type"), config_dir)
+    job.model_ref = (model_id, job.value("model_type"), config_dir)
 
     # LoRA targets: lora_target_linear (every linear layer) is never a missing name.
     targets = job.value("lora_target_modules")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.doc_commands import DOC_SUFFIXES, shell_text
+from fsdplint.launch.docs import DOC_SUFFIXES, shell_text
 from fsdplint.roots import has_marker, linted_root
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -567,10 +567,16 @@ ACCELERATE_FLAGS = frozenset({
 })
 # torchrun (torch.distributed.run) options that take no value.
 TORCHRUN_FLAGS = frozenset({"standalone", "no_python", "module", "m", "run_path", "use_env", "h", "help"})
+# Composer's launcher (`composer [-n N] train.py recipe.yaml ...`, mosaicml 0.32 composer/cli/launcher.py): options
+# without a value; `-m`/`--module_mode` runs the script as a module, `-c`/`--command_mode` runs it as a command.
+COMPOSER_FLAGS = frozenset({"verbose", "v", "module_mode", "m", "command_mode", "c", "version", "h", "help"})
 # Options of `accelerate launch` kept as launch settings (besides every `--fsdp_*`).
 _ACCELERATE_KEPT = ("mixed_precision", "num_processes", "num_machines")
+# Programs that run the command after their own options: process managers of clusters (Slurm, MPI, Horovod, LSF
+# jsrun, Cray aprun, TACC ibrun), containers and process utilities.
 _WRAPPERS = {"srun", "mpirun", "mpiexec", "env", "nohup", "time", "exec", "stdbuf", "numactl", "taskset", "nice",
-             "ionice", "singularity", "apptainer", "xargs", "sudo", "timeout", "caffeinate"}
+             "ionice", "singularity", "apptainer", "xargs", "sudo", "timeout", "caffeinate", "horovodrun", "jsrun",
+             "aprun", "ibrun"}
 # Two-word prefixes that run the command after them: environment runners, and ezpz's launcher (`ezpz launch
 # python3 -m pkg.train ...` starts the command on every rank through mpiexec/torchrun, ezpz docs/cli).
 _RUNNERS = {("uv", "run"), ("poetry", "run"), ("pixi", "run"), ("pipenv", "run"), ("conda", "run"),
@@ -595,6 +601,9 @@ class Launch:
     env: dict[str, Word] = field(default_factory=dict)
     script_open: bool = False  # the script's path starts with a part the reader cannot know (`$DIR/train.py`)
     cds: tuple = ()  # the `cd DIR` words run before the launch, in order
+    # A candidate launch inferred from a lone recipe that fits the script's parser (`fsdplint.launch.recipes`):
+    # the recipe's path; its values are bound as the script's arguments.
+    recipe: Optional[str] = None
 
     @property
     def label(self) -> str:
@@ -612,6 +621,28 @@ def _opt_name(text: str) -> tuple[str, Optional[str]]:
     if "=" in body:
         body, value = body.split("=", 1)
     return body.replace("-", "_"), value
+
+
+def script_options(words: list[Word]) -> list[tuple[str, Optional[Word], int]]:
+    """(name, value word or None for a bare flag, line) of a script's `--key value` / `--key=value` /
+    `--flag` arguments, names as written after the dashes (for a tool whose own parser this reader does
+    not have; a script whose parser is read binds its words with `fsdplint.launch.arguments.bind`)."""
+    out = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        i += 1
+        if w.unknown or not w.text.startswith("--") or len(w.text) == 2:
+            continue
+        name, _, value = w.text[2:].partition("=")
+        if "=" in w.text:
+            out.append((name, Word(value, w.line, w.unknown), w.line))
+        elif i < len(words) and not words[i].text.startswith("--") and not words[i].splat:
+            out.append((name, words[i], w.line))
+            i += 1
+        else:
+            out.append((name, None, w.line))
+    return out
 
 
 def _base(w: Word) -> str:
@@ -678,6 +709,8 @@ def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[s
     if b == "deepspeed":
         launch = _generic(rest, w0.line, file, text, path, "deepspeed", frozenset({"autotuning"}))
         return launch
+    if b == "composer":
+        return _composer(rest, w0.line, file, text, path, env_words)
     if _is_python(b):
         j = 0
         while j < len(rest) and rest[j].text.startswith("-") and rest[j].text not in ("-m", "-c", "-"):
@@ -699,12 +732,19 @@ def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[s
         return None
     if w0.text.endswith(".py") and not w0.unknown:
         return _bind(Launch(file, w0.line, "python", text=text, path=path), w0, None, rest)
+    # Another program that runs a command given after `--` (`kubectl exec POD -- python train.py`, `ray job
+    # submit -- python train.py`): that command is the launch when it starts with an interpreter or launcher
+    # (`git log -- train.py` names a file, it runs nothing).
+    for k, w in enumerate(rest):
+        if w.text == "--" and not w.unknown and k + 1 < len(rest) and _starts_launcher(rest[k + 1]) \
+                and not rest[k + 1].text.endswith(".py"):
+            return _launch_from_words(rest[k + 1:], file, text, path, env_words)
     return None
 
 
 def _starts_launcher(w: Word) -> bool:
     b = _base(w)
-    return b in ("accelerate", "torchrun", "deepspeed", "sbatch") or _is_python(b) or (
+    return b in ("accelerate", "torchrun", "deepspeed", "sbatch", "composer") or _is_python(b) or (
         w.text.endswith(".py") and not w.text.startswith("-"))
 
 
@@ -745,6 +785,21 @@ def _generic(words: list[Word], line: int, file: str, text: str, path, launcher:
         if module:
             return _bind(launch, None, w.text, words[j + 1:])
         return _bind(launch, w, None, words[j + 1:])
+    return launch
+
+
+def _composer(words, line, file, text, path, env_words) -> Optional[Launch]:
+    """`composer [options] SCRIPT ARGS...` runs `python SCRIPT ARGS` on each rank; with `-m` SCRIPT is a module,
+    with `-c` it is a command of its own (read as one)."""
+    launch = _generic(words, line, file, text, path, "composer", COMPOSER_FLAGS)
+    if "module_mode" in launch.options and launch.script and not launch.module:
+        launch.module, launch.script = launch.script, None
+    if ("c" in launch.options or "command_mode" in launch.options) and launch.script:
+        got = _launch_from_words([Word(launch.script, line, launch.script_open), *launch.args], file, text, path,
+                                 env_words)
+        if got is not None:
+            got.line = line
+        return got
     return launch
 
 
@@ -843,7 +898,7 @@ def _shell_text_of(path: Path, text: str) -> str:
     return text
 
 
-def _read_launches(path: Path, display: str) -> list[Launch]:
+def read_launches(path: Path, display: str) -> list[Launch]:
     try:
         st = path.stat()
         if st.st_size > _MAX_SHELL_BYTES:
@@ -1022,10 +1077,26 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
             display = str(sh)
         if display.startswith(".." + os.sep + ".."):
             display = str(sh)
-        for launch in _read_launches(sh, display):
+        for launch in read_launches(sh, display):
             if launch.is_fsdp_capable and runs_script(launch, script, root):
                 out.append(launch)
     return out
+
+
+def mentioned_by_launchers(root: Path, name: str) -> bool:
+    """Does a shell script or documented command of the project mention the file name `name`?"""
+    for sh in shell_files(root, 4 if has_marker(root) else 0):
+        try:
+            st = sh.stat()
+            tkey = (str(sh), st.st_mtime_ns, st.st_size)
+            text = _TEXTS.get(tkey)
+            if text is None:
+                text = _TEXTS[tkey] = sh.read_text(encoding="utf-8", errors="replace")[:_MAX_SHELL_BYTES]
+        except OSError:
+            continue
+        if name in text:
+            return True
+    return False
 
 
 def launches_from_command(cmd: str) -> list[Launch]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.analysis.records import UNKNOWN
+from fsdplint.unknown import UNKNOWN
 
 _PARSERS = ("HfArgumentParser", "TrlParser", "H4ArgumentParser")
 _PARSE_METHODS = {"parse_args_into_dataclasses", "parse_args_and_config", "parse", "parse_yaml_file",
@@ -582,7 +582,7 @@ def _project_class(module: str, level: int, name: str, importer: Path, find_modu
     if tree is None or f == importer:
         return None
     if star:
-        from fsdplint.analysis.index import dunder_all
+        from fsdplint.module_exports import dunder_all
 
         public = dunder_all(tree.body)
         if (name not in public) if public is not None else name.startswith("_"):
@@ -788,6 +788,8 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = (), free: frozenset 
                     break
         elif defs.file_arg and words and words[0].text.endswith((".yaml", ".yml", ".json")):
             recipe = words.pop(0)
+        if recipe is None and getattr(launch, "recipe", None):
+            recipe = _word(launch.recipe)  # a candidate launch: the lone recipe's values
         if recipe is None and defs.recipe is not None:
             recipe = _word(defs.recipe)
         if recipe is not None:
@@ -823,7 +825,7 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = (), free: frozenset 
 
 
 def _word(text: str):
-    from fsdplint.launchers import Word
+    from fsdplint.launch.shell import Word
 
     return Word(text, 0)
 

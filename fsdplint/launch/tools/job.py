@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.launch import LaunchFacts, Setting
+from fsdplint.launch.settings import LaunchFacts, Setting
 
 TOOL_NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "recipe": "the trl recipe"}
 
@@ -51,8 +51,9 @@ class Job:
     values: dict[str, Setting] = field(default_factory=dict)  # top-level keys (and "fsdp_config.<key>")
     tool_version: Any = None  # versions.TargetVersion, or None when unknown
     model: Optional[Setting] = None
-    family: Optional[str] = None  # architecture family for LoRA target names (rules/_module_names.py)
-    family_source: str = ""
+    # What the job names as its model: (hub id or local path, model class name, the config's folder);
+    # the rules read the architecture family from it (rules/_lora_targets.family_of).
+    model_ref: tuple = (None, None, None)
     adapter: Optional[Setting] = None
     quant: Optional[Quant] = None
     lora_targets: Optional[list[str]] = None  # None: unknown or every linear layer
@@ -122,43 +123,6 @@ def mapping_values(node, filename: str, prefix: str = "") -> dict[str, Setting]:
         if isinstance(vnode, yaml.MappingNode) and not prefix:
             out.update(mapping_values(vnode, filename, f"{key}."))
     return out
-
-
-def family_of(model_id: Any, model_class: Any = None, config_dir: Optional[Path] = None) -> tuple[Optional[str], str]:
-    """Architecture family from a local config.json, a model class name (LlamaForCausalLM) or a
-    well-known hub id; (None, "") when unsure (then LoRA target names are not checked)."""
-    import json
-    import re
-
-    from fsdplint.rules._lora_targets import _MODEL_IDS, _MODEL_TYPES
-    from fsdplint.rules._module_names import FAMILIES
-
-    if isinstance(model_id, str) and config_dir is not None:
-        local = Path(model_id)
-        if not local.is_absolute():
-            local = config_dir / local
-        cfg = local / "config.json"
-        if cfg.is_file():
-            try:
-                mt = str(json.loads(cfg.read_text(encoding="utf-8")).get("model_type", "")).lower()
-            except (OSError, ValueError, AttributeError):
-                mt = ""
-            fam = _MODEL_TYPES.get(mt, mt)
-            if fam in FAMILIES:
-                return fam, str(cfg)
-    if isinstance(model_class, str):
-        m = re.fullmatch(r"([A-Za-z0-9]+)For[A-Za-z]+", model_class.strip())
-        if m and m.group(1).lower() != "auto":
-            stem = m.group(1).lower()
-            by_flat = {f.replace("_", ""): f for f in FAMILIES}
-            fam = by_flat.get(stem)
-            if fam is not None:
-                return fam, model_class.strip()
-    if isinstance(model_id, str):
-        for pat, fam in _MODEL_IDS:
-            if re.search(pat, model_id.lower()):
-                return fam, model_id
-    return None, ""
 
 
 def dtype_name(v: Any) -> Optional[str]:

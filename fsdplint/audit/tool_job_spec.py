@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from fsdplint.toolconfigs.defaults import use_orig_params_default
-from fsdplint.toolconfigs.job import Job
+from fsdplint.launch.tools.defaults import use_orig_params_default
+from fsdplint.launch.tools.job import Job
 
 _WRAP_KEYS = ("transformer_layer_cls_to_wrap", "transformer_cls_names_to_wrap")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.launch import Setting
-from fsdplint.toolconfigs.job import Job, mapping_values, yaml_tree
+from fsdplint.launch.settings import Setting
+from fsdplint.launch.tools.job import Job, mapping_values, yaml_tree
 
 
 def recognise(text: str, filename: str, *, recipes: bool = False) -> Optional[str]:
@@ -18,15 +18,15 @@ def recognise(text: str, filename: str, *, recipes: bool = False) -> Optional[st
     if root is None:
         return None
     keys = {str(k.value) for k, _ in root.value}
-    import fsdplint.toolconfigs.axolotl as axolotl
-    import fsdplint.toolconfigs.llamafactory as llamafactory
+    import fsdplint.launch.tools.axolotl as axolotl
+    import fsdplint.launch.tools.llamafactory as llamafactory
 
     if axolotl.looks_like(keys):
         return "axolotl"
     if llamafactory.looks_like(keys):
         return "llamafactory"
     if recipes:
-        import fsdplint.toolconfigs.recipe as recipe
+        import fsdplint.launch.tools.recipe as recipe
 
         if recipe.looks_like(keys):
             return "recipe"
@@ -52,11 +52,11 @@ def job_from_values(tool: str, filename: str, text: str, values: dict[str, Setti
                     versions: Optional[dict] = None) -> Job:
     """The job for a tool from its settings by key (as a YAML file or a launcher's `--key value`
     flags give them; nested keys as "fsdp_config.<key>"), each with the file and line it came from."""
-    import fsdplint.toolconfigs.axolotl as axolotl
-    import fsdplint.toolconfigs.llamafactory as llamafactory
-    from fsdplint.toolconfigs.defaults import tool_version
+    import fsdplint.launch.tools.axolotl as axolotl
+    import fsdplint.launch.tools.llamafactory as llamafactory
+    from fsdplint.launch.tools.defaults import tool_version
 
-    import fsdplint.toolconfigs.recipe as recipe
+    import fsdplint.launch.tools.recipe as recipe
 
     tv = tool_version(tool, path, explicit or {}, use_installed) if tool != "recipe" else None
     reader = {"axolotl": axolotl, "llamafactory": llamafactory, "recipe": recipe}[tool]
