@@ -548,7 +548,7 @@ def advisories_cmd(path: Optional[str], target_version, output_format: str) -> N
                 version, why = str(tv.version), tv.source
         elif version is None and at is not None:
             # A training tool: its declared version, or the checkout's own (axolotl's VERSION file).
-            from fsdplint.toolconfigs.defaults import tool_version
+            from fsdplint.launch.tools.defaults import tool_version
 
             tv = tool_version(adv.library, at, use_installed=False)
             if tv is not None:

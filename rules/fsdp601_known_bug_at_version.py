@@ -8,11 +8,11 @@ from packaging.version import Version
 from fsdplint import advisories, versions
 from fsdplint.advisories import predicate
 from fsdplint.findings import Position, Related, Severity
-from fsdplint.launch import Setting
+from fsdplint.launch.settings import Setting
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._advisory_facts import job_facts, optimizer_library, script_facts
 from fsdplint.rules._jobs import job_of
-from fsdplint.toolconfigs.defaults import TOOL_PACKAGES
+from fsdplint.launch.tools.defaults import TOOL_PACKAGES
 
 YAML_FSDP2 = """\
 distributed_type: FSDP

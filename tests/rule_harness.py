@@ -21,7 +21,7 @@ def settings_for(rule: type[Rule], example: Valid, fix: str | None = None) -> Se
         # An axolotl / LLaMA-Factory YAML job: the rules see it as the engine's YAML lint does.
         import textwrap
 
-        from fsdplint.toolconfigs.read import read_job
+        from fsdplint.launch.tools.read import read_job
 
         job = read_job(textwrap.dedent(options.pop("tool_config")).lstrip("\n"), "job.yml",
                        explicit=dict(example.target), use_installed=False)

@@ -187,7 +187,7 @@ def test_tool_version_of_the_checkout_itself(tmp_path):
                           '[tool.hatch.version]\npath = "src/llamafactory/extras/env.py"\n',
         "src/llamafactory/extras/env.py": 'VERSION = "0.9.4.dev0"\n',
     })
-    from fsdplint.toolconfigs.defaults import tool_version
+    from fsdplint.launch.tools.defaults import tool_version
 
     tv = tool_version("llamafactory", root / "examples" / "x.yaml", use_installed=False)
     assert tv is not None and str(tv.version) == "0.9.4" and "env.py" in tv.source

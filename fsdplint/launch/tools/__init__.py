@@ -10,7 +10,7 @@ QLoRA + FSDP; LLaMA-Factory refuses 8-bit under FSDP) is encoded per tool versio
 readers and `defaults.py`, so the rules report only what the tool does not catch.
 
 The rules check a job through `ctx.options["job"]` (see `Job.gate`), and its FSDP settings as
-ordinary launch facts (`fsdplint.launch.LaunchFacts`), so the existing launch checks apply too.
+ordinary launch facts (`fsdplint.launch.settings.LaunchFacts`), so the existing launch checks apply too.
 """
 
 TOOLS = ("axolotl", "llamafactory")
