@@ -353,8 +353,10 @@ def default_accelerate_config() -> Optional[LaunchFacts]:
     a project's own config would not say, so the project's next-to-script config is still looked up)."""
     path = default_accelerate_config_path()
     try:
-        if not path.is_file():
-            return None
+        # Opened rather than tested with is_file(): the open is what the findings cache notes as a read, so a
+        # default config created later invalidates findings cached while it was absent.
+        with open(path, "rb"):
+            pass
         facts = load_accelerate_config(path)
     except (OSError, UsageError):
         return None
