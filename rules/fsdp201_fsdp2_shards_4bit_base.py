@@ -317,6 +317,7 @@ class Fsdp2Shards4bitBase(Rule):
             "weights are then replicated, not sharded)."
             + (f" ({acc_v.declare_hint('1.14')}.)" if severity is not None else ""),
             severity=severity,
+            rests_on=("accelerate_fsdp2_ignores_params4bit",),
         )
 
     def _check_job(self, ctx, job) -> None:
