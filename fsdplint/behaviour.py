@@ -196,15 +196,23 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
     ),
     Behaviour(
         "trl_needs_transformers_4", "trl",
-        "trl releases before 0.16 do not import their trainers with transformers 5: trl/import_utils.py reads "
-        "transformers' `_is_package_available(name)` as a bool, and transformers 5 returns a (bool, version) "
-        "tuple, so every optional package looks installed (`from trl import GRPOTrainer` raises "
-        "ModuleNotFoundError: mergekit). A project on such a trl runs transformers 4.",
-        since=None, until="0.16.0",
-        read="trl 0.15.2 trl/import_utils.py and trl/mergekit_utils.py, imported with transformers 5.24.0 "
-             "(utils/import_utils.py `_is_package_available` returns `package_exists, None`): the import fails",
-        unverified="trl 0.16 - 0.26 were not tried (the table claims only releases before 0.16); the first "
-                   "transformers 5 release with the tuple return was not identified (5.0 is assumed)",
+        "trl releases before 0.29 do not import their trainers with transformers >= 5.3 (`from trl import "
+        "SFTTrainer, DPOTrainer, GRPOTrainer` raises): trl/import_utils.py reads transformers' "
+        "`_is_package_available(name)` as a bool, and from transformers 5.3.0 it returns a (bool, version) tuple, so "
+        "every optional package looks installed (ModuleNotFoundError: weave, mergekit, ...); releases that import "
+        "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES (trl/trainer/dpo_trainer.py up to 0.2x) fail on any transformers 5 "
+        "(removed in 5.0.0). A project on such a trl runs transformers 4 (or 5.0-5.2).",
+        since=None, until="0.29.0",
+        read="measured with transformers 5.24.0 (bench/facts/release_run.py, each trl release installed over the "
+             "shared stack): 0.15.2, 0.16.0 and 0.22.1 raise ImportError: cannot import name "
+             "'MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES'; 0.26.1, 0.27.2 and 0.28.0 raise ModuleNotFoundError: No module "
+             "named 'weave'; 0.29.0 imports (it defines its own _is_package_available). Read: transformers 5.2.0 and "
+             "5.3.0 utils/import_utils.py (`return package_exists` -> `return package_exists, None`); 4.57.6 and "
+             "5.0.0 models/auto/modeling_auto.py (MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES removed)",
+        unverified="measured with transformers 5.24.0 only; trl 0.28 with transformers 5.0-5.2 was not run",
+        until_read=("0.28.0", "0.29.0"),
+        check="python bench/facts/release_run.py trl --code 'from trl import SFTTrainer, DPOTrainer, GRPOTrainer' "
+              "--from 0.15.0 --to 0.29.0 --with requests --with urllib3 --with charset_normalizer --with certifi",
     ),
     Behaviour(
         "trl_trainer_injects_lora", "trl",
@@ -491,7 +499,7 @@ TRAINER_CALLBACK_EVENTS = frozenset({
 # fsdplint runs in is then not the project's (behaviour key, the package it constrains, its first
 # excluded release).
 EXCLUDES: tuple[tuple[str, str, str], ...] = (
-    ("trl_needs_transformers_4", "transformers", "5.0"),
+    ("trl_needs_transformers_4", "transformers", "5.3"),
 )
 
 

@@ -185,3 +185,12 @@ def test_tool_config_gate_is_open_on_an_unverified_boundary(monkeypatch):
     assert since("llamafactory_fsdp_8bit_refused", tv) is True
     _unverify(monkeypatch, {"llamafactory_fsdp_8bit_refused"})
     assert since("llamafactory_fsdp_8bit_refused", tv) is None
+
+
+def test_api_boundaries_name_adjacent_releases_around_the_bound():
+    from fsdplint.apis import BOUNDARIES
+
+    for key, a in BOUNDARIES.items():
+        assert len(a.read_at) == 2 and a.check.startswith("python bench/facts/"), key
+        before, first = map(Version, a.read_at)
+        assert before < Version(a.since) <= first, (key, a.read_at, a.since)
