@@ -194,3 +194,82 @@ def test_api_boundaries_name_adjacent_releases_around_the_bound():
         assert len(a.read_at) == 2 and a.check.startswith("python bench/facts/"), key
         before, first = map(Version, a.read_at)
         assert before < Version(a.since) <= first, (key, a.read_at, a.since)
+
+
+def _project(tmp_path, files):
+    for name, text in files.items():
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path
+
+
+_NORM_HELPER = '''import torch
+
+
+def clip_grad_norm_(parameters, max_norm, foreach=None):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = torch.nn.utils.get_total_norm(grads, 2.0, False, foreach)
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)
+    return total_norm
+'''
+_NORM_TRAIN = '''import torch
+from torch.distributed._composable.fsdp import fully_shard
+import utils
+
+
+def train(model, batches):
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    for x in batches:
+        model(x).sum().backward()
+        grad_norm = utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=True)
+        print(grad_norm.item())
+'''
+
+
+@pytest.mark.parametrize("declared, expect", [
+    (None, "warning"),            # nothing declared or installed: an unknown torch
+    ("torch==2.6.0", "warning"),  # below the oldest release measured with a Replicate norm
+    ("torch==2.13.0", None),      # measured: .item() is the global norm
+])
+def test_fsdp501_honours_the_torch_the_project_implies(tmp_path, declared, expect):
+    """torchtitan#766's shape: a helper in another module returns get_total_norm over FSDP2 grads and the
+    script logs .item(). The torch version is the project's (declared), else what its code proves; never
+    the linting machine's when the test says not to use it."""
+    from fsdplint.engine import Settings, lint_files
+
+    files = {"utils.py": _NORM_HELPER, "train.py": _NORM_TRAIN}
+    if declared:
+        files["requirements.txt"] = declared + "\n"
+    root = _project(tmp_path, files)
+    s = Settings(select=["FSDP501"], use_installed=False, use_cache=False, options={"project_root": str(root)})
+    files = [str(root / n) for n in ("train.py", "utils.py")]
+    found = [f for r in lint_files(files, s) for f in r.findings if f.code == "FSDP501"]
+    if expect is None:
+        assert found == [], [f.message for f in found]
+        return
+    assert [f.severity.value for f in found] == [expect], [f.message for f in found]
+    assert "declare torch >= 2.13" in found[0].message
+    if declared is None:  # (the helper's get_total_norm proves torch >= 2.6 in utils.py only, not in train.py)
+        assert "unknown" in found[0].message, found[0].message
+
+
+def test_get_total_norm_proves_torch_2_6():
+    """torch.nn.utils.get_total_norm is public from torch 2.6.0 (read at 2.5.1 and 2.6.0): a module that
+    calls it unguarded already needs that release."""
+    from test_versions import lint_src
+
+    src = """
+        import torch
+        from torch.distributed._composable.fsdp import fully_shard
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()], 2.0)
+        print(norm.item())
+    """
+    found = lint_src(src, "FSDP501")
+    assert [f.severity.value for f in found] == ["warning"], [f.message for f in found]
+    assert "2.6" in found[0].message and "get_total_norm" in found[0].message, found[0].message
