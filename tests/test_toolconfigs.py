@@ -150,8 +150,11 @@ def test_llamafactory_8bit_under_fsdp():
     assert "FSDP1" in findings[0]["message"] and "LLaMA-Factory" in findings[0]["message"]
     rc, findings = lint("--isolated", job, "--target-version", "transformers=5.24.0")
     assert "FSDP2" in findings[0]["message"]
-    # LLaMA-Factory >= 0.8.2 refuses 8-bit under FSDP with its own message.
+    # LLaMA-Factory >= 0.7.1 refuses 8-bit under FSDP itself (read at v0.7.0 and v0.7.1; the message names
+    # fsdp+qlora from 0.8.2).
     assert lint("--isolated", job, "--target-version", "llamafactory=0.8.2") == (0, [])
+    assert lint("--isolated", job, "--target-version", "llamafactory=0.7.1") == (0, [])
+    assert codes(lint("--isolated", job, "--target-version", "llamafactory=0.7.0")[1]) == [("FSDP203", "error", 2)]
     assert lint("--isolated", str(LF / "qlora_fsdp_correct.yaml"), "--target-version", "transformers=4.57.1") == (0, [])
 
 
@@ -167,8 +170,10 @@ def _lf_project(tmp_path: Path, requirements: str, launcher: bool = True) -> Pat
 
 @pytest.mark.parametrize("requirements,expected", [
     ("transformers==4.38.2\nbitsandbytes==0.42.0\n", [("FSDP202", "warning", 3)]),
-    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.7.1\n", [("FSDP202", "error", 3)]),
-    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.8.0\n", []),  # refuses old versions itself
+    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.7.0\n", [("FSDP202", "error", 3)]),
+    # From 0.7.1 (read at v0.7.0 and v0.7.1) it refuses old versions under FSDP itself.
+    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.7.1\n", []),
+    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.8.0\n", []),
     ("transformers==4.39.1\nbitsandbytes==0.43.0\n", []),  # the storage keyword is honoured
 ])
 def test_llamafactory_qlora_with_the_environment_pins(tmp_path, monkeypatch, requirements, expected):
@@ -277,7 +282,8 @@ def test_model_command_needs_a_weights_free_config_for_a_hub_id(tmp_path):
 
 @pytest.mark.parametrize("pin,expected", [
     ("", [("FSDP202", "warning", 13)]),
-    ("llamafactory==0.7.1\n", [("FSDP202", "error", 13)]),
+    ("llamafactory==0.7.0\n", [("FSDP202", "error", 13)]),
+    ("llamafactory==0.7.1\n", []),
     ("llamafactory==0.8.0\n", []),
 ])
 def test_llamafactory_job_given_as_launcher_flags(tmp_path, monkeypatch, pin, expected):
