@@ -47,6 +47,15 @@ class TargetParametersUnderFsdp(Rule):
              "not measured there: peft 0.17.0 does not import with transformers 5.24.0 (ImportError: cannot import "
              "name 'HybridCache' from 'transformers'), so every plan stops before FSDP",
              "python bench/facts/release_run.py peft --script bench/facts/fsdp303_cpu_check.py --at 0.17.0"),
+        Fact("peft 0.17.0 with transformers 4.57.6 (over torch 2.13.0)", "peft 0.17.0, transformers 4.57.6",
+             MEASURED,
+             "the ParamWrapper path is not reached: transformers 4.57.6's Mixtral keeps one nn.Linear per expert, so "
+             "LoRA on w1/w2/w3 is ordinary LoRA (48 adapted modules); every plan gives the no-FSDP loss and gradients "
+             "except fsdp2-layer-checkpointed ('CheckpointError: torch.utils.checkpoint: Recomputed values for the "
+             "following tensors have different metadata', the KV cache under recomputation, FSDP107's failure)",
+             "python bench/facts/release_run.py peft --script bench/facts/fsdp303_cpu_check.py --at 0.17.0 --with "
+             "transformers==4.57.6 --with huggingface_hub==0.36.0 --with tokenizers==0.22.1 --with requests --with "
+             "urllib3 --with charset_normalizer --with certifi"),
     )
     doc = """
     ## What it does
