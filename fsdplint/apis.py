@@ -8,6 +8,8 @@ name, so aliased imports match.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 _FSDP1 = "torch.distributed.fsdp"
 
 QUALIFIED: dict[str, tuple[str, ...]] = {
@@ -227,11 +229,65 @@ def api_of(qualified: str | None) -> str | None:
     return None
 
 
-# torch releases that moved or added APIs (see the rule catalog for citations).
-FULLY_SHARD_PUBLIC_PATH_SINCE = "2.6"   # torch.distributed.fsdp.fully_shard
-FULLY_SHARD_IGNORED_PARAMS_SINCE = "2.7"
-PEFT_TARGET_PARAMETERS_SINCE = "0.17.0"
-BNB_QUANT_STORAGE_SINCE = "0.43.0"
+@dataclass(frozen=True)
+class Boundary:
+    """A release that added, moved or changed an API the rules gate on, with the two adjacent releases read
+    (last without, first with) and the command that re-reads them. `read_at` empty: unverified."""
+
+    package: str
+    since: str
+    what: str
+    read_at: tuple[str, ...] = ()
+    check: str = ""
+
+
+# Releases the rules compare versions with; the constants below are what the rules import.
+BOUNDARIES: dict[str, Boundary] = {
+    "fully_shard_public_path": Boundary(
+        "torch", "2.6",
+        "torch.distributed.fsdp exports fully_shard, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, "
+        "CPUOffloadPolicy, register_fsdp_forward_method and UnshardHandle, and FSDP2 lives in "
+        "torch/distributed/fsdp/_fully_shard/ (before: torch.distributed._composable.fsdp only)",
+        ("2.5.1", "2.6.0"),
+        "python bench/facts/release_bisect.py torch torch/distributed/fsdp/__init__.py --regex '\\bfully_shard\\b' "
+        "--from 2.4.0 --to 2.7.0"),
+    "fully_shard_ignored_params": Boundary(
+        "torch", "2.7",
+        "fully_shard(..., ignored_params=...) exists (torch/distributed/fsdp/_fully_shard/_fully_shard.py)",
+        ("2.6.0", "2.7.0"),
+        "python bench/facts/release_bisect.py torch torch/distributed/fsdp/_fully_shard/_fully_shard.py --regex "
+        "'ignored_params: Optional' --from 2.6.0 --to 2.8.0"),
+    "fully_shard_root_reshard_respected": Boundary(
+        "torch", "2.8",
+        "the root's explicit reshard_after_forward=True is respected (_fsdp_state.py `_lazy_init`: `if "
+        "self._fsdp_param_group and self._auto_reshard_after_forward:` before clearing post_forward_mesh_info; "
+        "pytorch#154704)",
+        ("2.7.1", "2.8.0"),
+        "python bench/facts/release_bisect.py torch torch/distributed/fsdp/_fully_shard/_fsdp_state.py --regex "
+        "'_fsdp_param_group and self._auto_reshard_after_forward' --from 2.7.0 --to 2.9.0"),
+    "peft_target_parameters": Boundary(
+        "peft", "0.17.0", "LoraConfig(target_parameters=...) exists (peft/tuners/lora/config.py)",
+        ("0.16.0", "0.17.0"),
+        "python bench/facts/release_bisect.py peft peft/tuners/lora/config.py --regex target_parameters --from 0.13.0"),
+    "bnb_quant_storage": Boundary(
+        "bitsandbytes", "0.43.0", "Params4bit / Linear4bit take quant_storage (bitsandbytes/nn/modules.py)",
+        ("0.42.0", "0.43.0"),
+        "python bench/facts/release_bisect.py bitsandbytes bitsandbytes/nn/modules.py --regex quant_storage "
+        "--from 0.40.0 --to 0.45.0"),
+    "transformers_non_reentrant_default": Boundary(
+        "transformers", "5.0",
+        "gradient_checkpointing_enable() without gradient_checkpointing_kwargs checkpoints non-reentrantly "
+        "(modeling_utils.py no longer defaults to {\"use_reentrant\": True})",
+        ("4.57.6", "5.0.0"),
+        "python bench/facts/release_bisect.py transformers transformers/modeling_utils.py --regex "
+        "'\"use_reentrant\": True' --until --from 4.50.0"),
+}
+
+# torch, peft and bitsandbytes releases that moved or added APIs (BOUNDARIES says what was read).
+FULLY_SHARD_PUBLIC_PATH_SINCE = BOUNDARIES["fully_shard_public_path"].since   # torch.distributed.fsdp.fully_shard
+FULLY_SHARD_IGNORED_PARAMS_SINCE = BOUNDARIES["fully_shard_ignored_params"].since
+PEFT_TARGET_PARAMETERS_SINCE = BOUNDARIES["peft_target_parameters"].since
+BNB_QUANT_STORAGE_SINCE = BOUNDARIES["bnb_quant_storage"].since
 
 # Beyond TRIGGER_WORDS: words and called names in a project function that may load, move, save or
 # transform a model, so its summary is worth computing when another module calls it (analysis/index.py).

@@ -73,10 +73,14 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "sharding) gathers the full state dict itself (get_model_state_dict(full_state_dict=True)); it must "
         "be called on every rank, and rank 0 writes. A model sharded by fully_shard/accelerate is not "
         "gathered: its state dict still holds this rank's DTensor shards.",
-        since="5.24.0",
-        read="transformers 5.24.0 modeling_utils.py (save_pretrained -> gather_sharded_state_dict_for_save), "
-             "distributed/mixin.py (dp_size > 1 -> gather_full_state_dict), distributed/utils.py",
-        unverified="releases of 5.x before 5.24 were not read: the table starts at 5.24.0",
+        since="5.15.0",
+        read="transformers 5.14.1 modeling_utils.py (no gather_sharded_state_dict_for_save; no distributed/mixin.py) "
+             "and 5.15.0 (save_pretrained -> self.gather_sharded_state_dict_for_save, distributed/mixin.py and "
+             "distributed/utils.py added); 5.24.0 distributed/mixin.py (dp_size > 1 -> gather_full_state_dict)",
+        unverified="the dp_size > 1 condition was read at 5.24.0 only; the boundary is where the gather first appears",
+        since_read=("5.14.1", "5.15.0"),
+        check="python bench/facts/release_bisect.py transformers transformers/modeling_utils.py --regex "
+              "gather_sharded_state_dict_for_save --from 5.0.0",
     ),
     Behaviour(
         "fsdp2_clip_norm_replicated", "torch",
@@ -192,15 +196,23 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
     ),
     Behaviour(
         "trl_needs_transformers_4", "trl",
-        "trl releases before 0.16 do not import their trainers with transformers 5: trl/import_utils.py reads "
-        "transformers' `_is_package_available(name)` as a bool, and transformers 5 returns a (bool, version) "
-        "tuple, so every optional package looks installed (`from trl import GRPOTrainer` raises "
-        "ModuleNotFoundError: mergekit). A project on such a trl runs transformers 4.",
-        since=None, until="0.16.0",
-        read="trl 0.15.2 trl/import_utils.py and trl/mergekit_utils.py, imported with transformers 5.24.0 "
-             "(utils/import_utils.py `_is_package_available` returns `package_exists, None`): the import fails",
-        unverified="trl 0.16 - 0.26 were not tried (the table claims only releases before 0.16); the first "
-                   "transformers 5 release with the tuple return was not identified (5.0 is assumed)",
+        "trl releases before 0.29 do not import their trainers with transformers >= 5.3 (`from trl import "
+        "SFTTrainer, DPOTrainer, GRPOTrainer` raises): trl/import_utils.py reads transformers' "
+        "`_is_package_available(name)` as a bool, and from transformers 5.3.0 it returns a (bool, version) tuple, so "
+        "every optional package looks installed (ModuleNotFoundError: weave, mergekit, ...); releases that import "
+        "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES (trl/trainer/dpo_trainer.py up to 0.2x) fail on any transformers 5 "
+        "(removed in 5.0.0). A project on such a trl runs transformers 4 (or 5.0-5.2).",
+        since=None, until="0.29.0",
+        read="measured with transformers 5.24.0 (bench/facts/release_run.py, each trl release installed over the "
+             "shared stack): 0.15.2, 0.16.0 and 0.22.1 raise ImportError: cannot import name "
+             "'MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES'; 0.26.1, 0.27.2 and 0.28.0 raise ModuleNotFoundError: No module "
+             "named 'weave'; 0.29.0 imports (it defines its own _is_package_available). Read: transformers 5.2.0 and "
+             "5.3.0 utils/import_utils.py (`return package_exists` -> `return package_exists, None`); 4.57.6 and "
+             "5.0.0 models/auto/modeling_auto.py (MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES removed)",
+        unverified="measured with transformers 5.24.0 only; trl 0.28 with transformers 5.0-5.2 was not run",
+        until_read=("0.28.0", "0.29.0"),
+        check="python bench/facts/release_run.py trl --code 'from trl import SFTTrainer, DPOTrainer, GRPOTrainer' "
+              "--from 0.15.0 --to 0.29.0 --with requests --with urllib3 --with charset_normalizer --with certifi",
     ),
     Behaviour(
         "trl_trainer_injects_lora", "trl",
@@ -219,10 +231,11 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "BitsAndBytesConfig.from_dict({load_in_4bit, load_in_8bit}) plus any bnb_4bit_* keyword passed along: "
         "a 4-bit model without bnb_4bit_quant_storage stores its weights as uint8.",
         since=None, until="5.0.0",
-        read="transformers 4.x modeling_utils.py from_pretrained (`load_in_4bit = kwargs.pop(\"load_in_4bit\", "
-             "False)` next to quantization_config and distributed_config, a 4.5x release); transformers 5.24.0 "
-             "modeling_utils.py (no load_in_4bit / load_in_8bit keyword left)",
-        unverified="the release that removed the keywords (5.0 is assumed) and the exact 4.x release read",
+        read="transformers 4.57.6 modeling_utils.py from_pretrained (`load_in_4bit = kwargs.pop(\"load_in_4bit\", "
+             "False)`), 5.0.0 and 5.24.0 (no load_in_4bit / load_in_8bit keyword left)",
+        until_read=("4.57.6", "5.0.0"),
+        check="python bench/facts/release_bisect.py transformers transformers/modeling_utils.py --regex "
+              "'kwargs\\.pop\\(\"load_in_4bit\"' --until --from 4.50.0",
     ),
     Behaviour(
         "trl_dpo_prepares_kbit", "trl",
@@ -342,7 +355,12 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         read="Lightning 1.8.6 and 1.9.5 pytorch_lightning/strategies/fully_sharded.py (\"fsdp\": FairScale) and "
              "fully_sharded_native.py (\"fsdp_native\", \"fsdp_native_full_shard_offload\"); 2.0.0 CHANGELOG "
              "(\"strategy=\\\"fsdp_native\\\" is now strategy=\\\"fsdp\\\"\"); lightning_fabric 1.9.5 registers \"fsdp\" "
-             "and \"fsdp_full_shard_offload\" for torch FSDP",
+             "and \"fsdp_full_shard_offload\" for torch FSDP; lightning 1.9.5 and 2.0.0 wheels "
+             "lightning/pytorch/strategies/: 1.9.5 registers \"fsdp\" in fully_sharded.py (FairScale), 2.0.0 in fsdp.py "
+             "(FSDPStrategy)",
+        since_read=("1.9.5", "2.0.0"),
+        check="python bench/facts/release_bisect.py lightning lightning/pytorch/strategies/fsdp.py --regex "
+              "'register\\(\\s*\"fsdp\",' --from 1.9.0 --to 2.1.0",
     ),
     # -- training tools (axolotl, LLaMA-Factory): what the tool builds from its config --------------
     Behaviour(
@@ -350,14 +368,24 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
         "`adapter: qlora` + `load_in_4bit` builds BitsAndBytesConfig(bnb_4bit_quant_storage=torch.bfloat16)",
         since="0.5.0",
         before="no bnb_4bit_quant_storage (uint8)",
-        read="axolotl v0.5.0 src/axolotl/utils/models.py, v0.18.0 src/axolotl/loaders/model.py (set_quantization_config)",
+        read="axolotl v0.4.0 src/axolotl/utils/models.py (no bnb_4bit_quant_storage), v0.5.0 (present), v0.18.0 "
+             "src/axolotl/loaders/model.py (set_quantization_config)",
+        since_read=("0.4.0", "0.5.0"),
+        check="python bench/facts/release_bisect.py axolotl src/axolotl/utils/models.py,src/axolotl/loaders/model.py "
+              "--regex bnb_4bit_quant_storage --mirror AXOLOTL_GIT_DIR (the release tags; v0.4.0 is not on the "
+              "package index)",
     ),
     Behaviour(
         "axolotl_lora_4bit_ignored", "axolotl",
         "`adapter: lora` + `load_in_4bit` builds no 4-bit config (only `adapter: qlora` quantizes to 4 bits)",
         since="0.13.0",
         before="`adapter: lora` + `load_in_4bit` passed load_in_4bit=True to from_pretrained (uint8 storage)",
-        read="axolotl v0.12.0 loaders/model.py (`model_kwargs[\"load_in_4bit\"] = cfg.load_in_4bit`), v0.13.0 (removed)",
+        read="axolotl v0.12.0 and v0.12.2 loaders/model.py (`model_kwargs[\"load_in_4bit\"] = cfg.load_in_4bit`), "
+             "v0.13.0 (removed)",
+        since_read=("0.12.2", "0.13.0"),
+        check="python bench/facts/release_bisect.py axolotl src/axolotl/utils/models.py,src/axolotl/loaders/model.py "
+              "--regex 'model_kwargs\\[\"load_in_4bit\"\\] = ' --until --from 0.9.0 --mirror AXOLOTL_GIT_DIR (the "
+              "release tags; v0.13.0 is not on the package index)",
     ),
     Behaviour(
         "axolotl_fsdp2_4bit_patch", "axolotl",
@@ -389,16 +417,32 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
     Behaviour(
         "llamafactory_fsdp_bnb_check", "llamafactory",
         "under FSDP LLaMA-Factory requires transformers>=4.39.0 and bitsandbytes>=0.43.0 itself (ImportError)",
-        since="0.8.0",
+        since="0.7.1",
         before="only under DeepSpeed ZeRO-3; under FSDP an older transformers/bitsandbytes silently keeps uint8 storage",
-        read="LLaMA-Factory v0.6.0 src/llmtuner/model/patcher.py, v0.8.0 src/llamafactory/model/model_utils/quantization.py",
+        read="LLaMA-Factory v0.6.3 src/llmtuner/model/patcher.py and v0.7.0 src/llmtuner/model/utils/quantization.py "
+             "(`if is_deepspeed_zero3_enabled() or model_args.quantization_device_map == \"auto\"`: no FSDP); v0.7.1 "
+             "(`... or is_fsdp_enabled() or ...`: require_version(\"transformers>=4.39.0\"), (\"bitsandbytes>=0.43.0\"); "
+             "commit d4d36e157 \"fix fsdp model loading\"), v0.8.0-v0.9.5 src/llamafactory/model/model_utils/quantization.py",
+        since_read=("0.7.0", "0.7.1"),
+        check="python bench/facts/release_bisect.py llamafactory src/llamafactory/model/model_utils/quantization.py,"
+              "src/llmtuner/model/utils/quantization.py,src/llmtuner/model/patcher.py --regex 'is_fsdp_enabled\\(\\) or' "
+              "--from 0.5.0 --mirror LLAMA_FACTORY_GIT_DIR (the release tags)",
     ),
     Behaviour(
         "llamafactory_fsdp_8bit_refused", "llamafactory",
-        "8-bit under FSDP raises \"Only 4-bit quantized model can use fsdp+qlora\"",
-        since="0.8.2",
+        "8-bit under FSDP raises ValueError itself (\"Only 4-bit quantized model can use auto device map.\" "
+        "from 0.7.1, \"Only 4-bit quantized model can use fsdp+qlora or auto device map.\" from 0.8.2)",
+        since="0.7.1",
         before="8-bit under FSDP reached FSDP's flattening",
-        read="LLaMA-Factory commit 60d9896a7 (v0.8.2) model_utils/quantization.py",
+        read="LLaMA-Factory v0.7.0 src/llmtuner/model/utils/quantization.py (the 4-bit check only under ZeRO-3 or "
+             "an auto device map), v0.7.1 (`... or is_fsdp_enabled() or ...`: `if model_args.quantization_bit != 4: "
+             "raise ValueError(\"Only 4-bit quantized model can use auto device map.\")`); v0.8.1 and v0.8.2 "
+             "src/llamafactory/model/model_utils/quantization.py (the message names fsdp+qlora from v0.8.2, commit "
+             "60d9896a7)",
+        since_read=("0.7.0", "0.7.1"),
+        check="python bench/facts/release_bisect.py llamafactory src/llamafactory/model/model_utils/quantization.py,"
+              "src/llmtuner/model/utils/quantization.py,src/llmtuner/model/patcher.py --regex 'is_fsdp_enabled\\(\\) or' "
+              "--from 0.5.0 --mirror LLAMA_FACTORY_GIT_DIR (the release tags; the same block raises for 8 bits)",
     ),
     Behaviour(
         "trainer_callback_gets_model", "transformers",
@@ -455,7 +499,7 @@ TRAINER_CALLBACK_EVENTS = frozenset({
 # fsdplint runs in is then not the project's (behaviour key, the package it constrains, its first
 # excluded release).
 EXCLUDES: tuple[tuple[str, str, str], ...] = (
-    ("trl_needs_transformers_4", "transformers", "5.0"),
+    ("trl_needs_transformers_4", "transformers", "5.3"),
 )
 
 
@@ -478,6 +522,29 @@ def holds(key: str, target) -> Optional[bool]:
     if b.until is not None and v >= Version(b.until):
         return False
     return True
+
+
+def unverified(key: str, target) -> str:
+    """Why the answer `holds(key, target)` gives is not established, "" when it is (or when the version is
+    unknown, which callers already handle). The answer rests on every boundary that, moved past the target
+    version, would flip it: `since` for a False below it, `until` for a False from it on, both for a True. A
+    boundary whose two adjacent releases were not read (`since_read` / `until_read` empty) is unverified,
+    and a finding that rests on it is a warning that says so (LintContext.report(rests_on=...))."""
+    b = BEHAVIOURS[key]
+    answer = holds(key, target)
+    if answer is None:
+        return ""
+    v: Version = target.version
+    rests = []
+    if b.since is not None and (answer or v < Version(b.since)):
+        rests.append(("since", b.since, b.since_read))
+    if b.until is not None and (answer or v >= Version(b.until)):
+        rests.append(("until", b.until, b.until_read))
+    open_ = [f"{name} {bound}" for name, bound, pair in rests if len(pair) != 2]
+    if not open_:
+        return ""
+    return (f"boundary unverified: {b.package} {' and '.join(open_)} ({key}) was not read at two adjacent "
+            f"releases" + (f"; {b.unverified}" if b.unverified else ""))
 
 
 def cite(key: str) -> str:

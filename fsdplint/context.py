@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import libcst as cst
 
@@ -271,13 +271,45 @@ class LintContext:
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
+    def unverified(self, rests_on: Iterable[str]) -> str:
+        """Why a finding resting on these behaviour entries (behaviour.py keys) is not established at the
+        target versions: their deciding boundary was not read at two adjacent releases; "" when it was."""
+        from fsdplint import behaviour
+
+        whys = []
+        for key in rests_on:
+            if key is None or key not in behaviour.BEHAVIOURS:
+                continue
+            why = behaviour.unverified(key, self.version(behaviour.BEHAVIOURS[key].package))
+            if why and why not in whys:
+                whys.append(why)
+        return "; ".join(whys)
+
+    def _settle(self, message: Optional[str], severity, rests_on: Iterable[str]):
+        """The message and severity of a finding that rests on behaviour entries: an error whose deciding
+        boundary is unverified is a warning that says so."""
+        from fsdplint.findings import Severity
+
+        why = self.unverified(rests_on) if rests_on else ""
+        if not why:
+            return message, severity
+        rule = self.rule
+        message = (message or getattr(rule, "message", rule.summary)).rstrip()
+        message = f"{message} ({why}: a warning until it is)"
+        own = severity if severity is not None else rule.severity
+        if Severity(own) == Severity.ERROR:
+            severity = Severity.WARNING
+        return message, severity
+
     def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None,
-               severity=None, related: tuple = ()) -> None:
+               severity=None, related: tuple = (), rests_on: Iterable[str] = ()) -> None:
         """Report at `node` (or at an event: see below). A node of another module of the project is reported at the call in this file
         through which it runs, naming the other place (the engine does that); `related`: nodes (or events)
         the finding depends on, shown as related locations when they sit in another module."""
         rule = self.rule
         assert rule is not None, "report() outside a rule"
+        # `rests_on`: the behaviour entries whose answer at the target version decided this finding.
+        message, severity = self._settle(message, severity, rests_on)
         step = getattr(node, "step", None)
         if step is not None:  # an event: at its node, or at the call in this file through which its module ran
             if getattr(step, "origin", None) is not None and getattr(step, "site", None) is not None:
@@ -290,8 +322,9 @@ class LintContext:
                                    severity=severity, related=nodes))
 
     def report_setting(self, setting, message: Optional[str] = None, *, fix: Optional[FixSpec] = None, fallback=None,
-                       severity=None) -> None:
+                       severity=None, rests_on: Iterable[str] = ()) -> None:
         """Report at a launch-config setting: its script node, or its line in the YAML file."""
+        message, severity = self._settle(message, severity, rests_on)
         if setting is not None and setting.node is not None:
             self.report(setting.node, message, fix=fix, severity=severity)
         elif setting is not None and setting.filename:

@@ -65,6 +65,15 @@ def render() -> str:
     for b in behaviour.BEHAVIOURS.values():
         lines.append(f"| `{b.key}` | {_cell(b.what)} | {_cell(_versions(b))} | {_cell(behaviour_evidence(b))} | "
                      f"{('`' + _cell(b.check) + '`') if b.check else 'read: ' + _cell(b.read)} |")
+    from fsdplint.apis import BOUNDARIES
+
+    lines += ["", "## API boundaries (fsdplint/apis.py BOUNDARIES)\n",
+              "| key | since | what | evidence | re-check |", "|---|---|---|---|---|"]
+    for key, a in BOUNDARIES.items():
+        ev = (f"read at {a.read_at[0]} and {a.read_at[1]}" if len(a.read_at) == 2
+              else "unverified (adjacent releases not recorded)")
+        lines.append(f"| `{key}` | {a.package} {a.since} | {_cell(a.what)} | {ev} | "
+                     f"{('`' + _cell(a.check) + '`') if a.check else ''} |")
     lines += ["", "## Rules\n"]
     for r in all_rules():
         facts = getattr(r, "facts", ())

@@ -458,6 +458,9 @@ IMPORT_EVIDENCE: tuple[tuple[str, Optional[frozenset], str, str, str], ...] = (
     }), "torch", "2.6", "torch 2.6 torch/distributed/fsdp/__init__.py makes the FSDP2 API public"),
     ("torch.distributed.fsdp._fully_shard", None, "torch", "2.6",
      "torch 2.6 moves FSDP2 to torch/distributed/fsdp/_fully_shard/"),
+    # read at 2.5.1 (absent) and 2.6.0 torch/nn/utils/__init__.py (`_get_total_norm as get_total_norm`)
+    ("torch.nn.utils", frozenset({"get_total_norm", "clip_grads_with_norm_"}), "torch", "2.6",
+     "torch 2.6 torch/nn/utils/__init__.py makes get_total_norm and clip_grads_with_norm_ public"),
 )
 
 

@@ -16,12 +16,13 @@ from typing import Any, Optional
 import libcst as cst
 
 from fsdplint.analysis import UNKNOWN
+from fsdplint.apis import BOUNDARIES
 from fsdplint.collect import Call
 from fsdplint.fixes import Replace, add_keyword, safe
 
 GC_METHODS = ("gradient_checkpointing_enable", "activation_checkpointing_enable")
 # transformers switched its default to `use_reentrant=False` in transformers#43203 (released in v5).
-NON_REENTRANT_DEFAULT_SINCE = "5.0"
+NON_REENTRANT_DEFAULT_SINCE = BOUNDARIES["transformers_non_reentrant_default"].since  # read at 4.57.6 and 5.0.0
 
 
 @dataclass

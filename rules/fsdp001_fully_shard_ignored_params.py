@@ -329,6 +329,7 @@ class FullyShardIgnoredParams(Rule):
             + (f" ({tv.declare_hint('2.7')}.)" if severity is not None else ""),
             fallback=fallback,
             severity=severity,
+            rests_on=("accelerate_fsdp2_passes_ignored_params",),
         )
 
     def audit(self, ctx):

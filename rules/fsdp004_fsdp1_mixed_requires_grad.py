@@ -552,6 +552,7 @@ class Fsdp1MixedRequiresGrad(Rule):
                         f"wrapping raises \"ValueError: ... has both parameters with requires_grad=True and False\". "
                         f"Upgrade transformers, or set fsdp_use_orig_params: true.",
                         fallback=call.node,
+                        rests_on=("trainer_peft_wrap_policy",),
                     )
                     return
             return

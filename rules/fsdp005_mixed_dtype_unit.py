@@ -243,7 +243,7 @@ class MixedDtypeUnit(Rule):
                     dtype=dtype, load_line=ctx.line(load.node), wrap=wrap, wrap_line=ctx.line(w.node),
                     consequence=consequence, dtype_src=src or f"torch.{dtype}",
                 )
-                ctx.report(call.node, msg, fix=_cast_fix(call, src))
+                ctx.report(call.node, msg, fix=_cast_fix(call, src), rests_on=("peft_autocast_adapter_dtype",))
 
     def audit(self, ctx):
         plan = ctx.plan

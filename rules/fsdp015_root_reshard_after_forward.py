@@ -1,10 +1,11 @@
+from fsdplint.apis import BOUNDARIES
 from fsdplint.fixes import Replace, remove_keyword, safe
 from fsdplint.findings import Applicability, Severity
 from fsdplint.rule import Invalid, Rule, Valid
 
 # pytorch#154704 / #155319 (June 2025): an explicit `reshard_after_forward=True` on the root is respected
 # (before, the root was always kept unsharded), and `None` (the new default) means False on the root.
-ROOT_RESHARD_RESPECTED_SINCE = "2.8"
+ROOT_RESHARD_RESPECTED_SINCE = BOUNDARIES["fully_shard_root_reshard_respected"].since  # read at 2.7.1 and 2.8.0
 
 
 class RootReshardAfterForward(Rule):

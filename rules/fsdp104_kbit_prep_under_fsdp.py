@@ -214,6 +214,7 @@ class KbitPrepUnderFsdp(Rule):
                 "yourself (get_peft_model, no k-bit preparation) and pass it without peft_config."
                 + ("" if holds else f"; {tv.describe()} is not known: " + tv.declare_hint(b.until or "")),
                 severity=None if holds else ctx.version_severity(tv),
+                rests_on=(key,),
             )
 
 

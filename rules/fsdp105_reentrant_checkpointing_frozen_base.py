@@ -298,7 +298,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
         if _trl_prepares(ctx, a):
             return  # trl's trainer, given peft_config, makes the inputs require grad itself
         quantized = _quantized(a)
-        trl_without = _trl_without_input_grads(ctx, a)
+        trl_without, trl_key = _trl_without_input_grads(ctx, a) or (None, None)
         for site in hf_checkpointing(a):
             if site.trl and trl_without is None:
                 continue  # a trl config: its trainers prepare PEFT models themselves
@@ -323,6 +323,7 @@ class ReentrantCheckpointingFrozenBase(Rule):
                 'gradient_checkpointing_kwargs={"use_reentrant": False} (or call model.enable_input_require_grads()).',
                 fix=site.fix(),
                 severity=severity,
+                rests_on=(trl_key,) if site.trl else (),
             )
 
 
@@ -344,9 +345,9 @@ def _trl_prepares(ctx, a) -> bool:
     return False
 
 
-def _trl_without_input_grads(ctx, a) -> Optional[str]:
+def _trl_without_input_grads(ctx, a) -> Optional[tuple[str, str]]:
     """The trl trainer given `peft_config=` on a known trl release that does not enable input grads
-    (behaviour.py): e.g. "trl 0.15.2's GRPOTrainer"; None when there is none."""
+    (behaviour.py): e.g. ("trl 0.15.2's GRPOTrainer", its behaviour key); None when there is none."""
     for c in a.c.calls:
         q = c.qualname or ""
         if not q.startswith("trl.") or c.kwarg("peft_config") is None:
@@ -354,7 +355,7 @@ def _trl_without_input_grads(ctx, a) -> Optional[str]:
         name = q.rsplit(".", 1)[-1]
         key = _TRL_TRAINERS.get(name)
         if key is not None and behaviour.holds(key, ctx.version("trl")) is False:
-            return f"trl {ctx.version('trl').version}'s {name}"
+            return f"trl {ctx.version('trl').version}'s {name}", key
     return None
 
 

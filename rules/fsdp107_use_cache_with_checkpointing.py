@@ -266,9 +266,10 @@ class UseCacheWithCheckpointing(Rule):
             if severity is not None:
                 msg += f" (The Trainer turns the cache off itself from transformers 5.0: {tv.declare_hint('5.0')}.)"
             if s.setting is not None:
-                ctx.report_setting(s.setting, msg, fix=fix if s.setting.node is not None else None, severity=severity)
+                ctx.report_setting(s.setting, msg, fix=fix if s.setting.node is not None else None, severity=severity,
+                                   rests_on=("transformers_kv_cache_object",))
             else:
-                ctx.report(s.node, msg, fix=fix, severity=severity)
+                ctx.report(s.node, msg, fix=fix, severity=severity, rests_on=("transformers_kv_cache_object",))
 
 
 def _cache_off(a) -> bool:

@@ -103,6 +103,12 @@ class Fsdp2Shards4bitBase(Rule):
              "bitsandbytes >= 0.44.0", READ, "bitsandbytes/nn/modules.py",
              "python bench/facts/release_bisect.py bitsandbytes bitsandbytes/nn/modules.py --regex "
              "'def fix_4bit_weight_quant_state_from_module'", read_at=("0.43.3", "0.44.0")),
+        Fact("the same check on either side of that boundary", "bitsandbytes 0.43.3 and 0.44.0 over torch 2.13.0, "
+             "peft 0.21.2, transformers 5.24.0", MEASURED,
+             "not measured there: transformers 5.24.0 refuses both before loading (uint8 and bfloat16, both ranks: "
+             "'ImportError: Using `bitsandbytes` 4-bit quantization requires bitsandbytes: `pip install -U "
+             "bitsandbytes>=0.46.1`'); the 0.43.3 side rests on the read above",
+             "python bench/facts/release_run.py bitsandbytes --script bench/facts/fsdp201_cpu_check.py --at 0.43.3"),
         Fact("CUDA/NCCL failures ('only Tensors of floating point dtype can require gradients', loss 0.0, NaN)",
              "not measured", CITED, "accelerate#3983, accelerate#3987, bnb#1945"),
     )
@@ -317,6 +323,7 @@ class Fsdp2Shards4bitBase(Rule):
             "weights are then replicated, not sharded)."
             + (f" ({acc_v.declare_hint('1.14')}.)" if severity is not None else ""),
             severity=severity,
+            rests_on=("accelerate_fsdp2_ignores_params4bit",),
         )
 
     def _check_job(self, ctx, job) -> None:

@@ -537,6 +537,7 @@ class QloraQuantStorageMismatch(Rule):
                 "with uniform dtype ... torch.uint8). Pass quantization_config=BitsAndBytesConfig(load_in_4bit=True, "
                 f"bnb_4bit_quant_storage={dtype_name or '<the dtype the model is loaded with>'}) instead.",
                 severity=ctx.version_severity(ctx.version("transformers")) if holds is None else None,
+                rests_on=("from_pretrained_legacy_kbit",),
             )
 
     def _check_returned(self, ctx, a) -> None:
@@ -554,6 +555,7 @@ class QloraQuantStorageMismatch(Rule):
                 "integer tensors (ValueError: Must flatten tensors with uniform dtype ... torch.uint8). Pass "
                 "quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=<the dtype the "
                 "model is loaded with>).",
+                rests_on=(q.behaviour,) if q.behaviour else (),
             )
 
     def _check_job(self, ctx, job) -> None:

@@ -24,7 +24,7 @@ class EightBitWithFsdp(Rule):
     Finds `load_in_8bit=True` (in `BitsAndBytesConfig` or passed to `from_pretrained`) in a script that
     shards the model with FSDP (`FullyShardedDataParallel`, `fully_shard`, an accelerate FSDP config or
     `TrainingArguments(fsdp=...)`), and `load_in_8bit: true` / `quantization_bit: 8` in an axolotl or
-    LLaMA-Factory config with FSDP (except where the tool refuses it or handles it: LLaMA-Factory >= 0.8.2,
+    LLaMA-Factory config with FSDP (except where the tool refuses it or handles it: LLaMA-Factory >= 0.7.1,
     axolotl >= 0.15.0 under FSDP2).
 
     ## Why is this bad?

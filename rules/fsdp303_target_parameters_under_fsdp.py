@@ -1,4 +1,5 @@
 from fsdplint.audit.examples import spec
+from fsdplint.facts import MEASURED, Fact
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 
@@ -31,6 +32,31 @@ class TargetParametersUnderFsdp(Rule):
                "ParamWrapper reads it (peft#3080)")
     sides = "SA"
     versions = {"peft": ">=0.17.0"}
+    facts = (
+        Fact("peft target_parameters LoRA fails under FSDP1 and under FSDP2 units rooted below the ParamWrapper; "
+             "fully_shard per decoder layer or at the root is exact", "torch 2.13.0, peft 0.21.2, transformers 5.24.0",
+             MEASURED,
+             "a small Mixtral, LoRA on w1/w2/w3, world size 1: fsdp2-layer, fsdp2-layer-checkpointed, fsdp2-root: loss "
+             "and 8 LoRA gradients equal no-FSDP; fsdp2-experts and fsdp2-lora-leaves: 'RuntimeError: "
+             "aten.baddbmm.default got mixed torch.Tensor and DTensor'; fsdp1-layer and fsdp1-root: 'RuntimeError: "
+             "Output 0 of View is a view and its base or another view of its base has been modified inplace'; "
+             "fsdp1-peft-policy: 'AssertionError: Module already has an attribute named 'down_proj''",
+             "python bench/facts/fsdp303_cpu_check.py"),
+        Fact("the same check at the oldest release the rule claims", "peft 0.17.0 over torch 2.13.0, "
+             "transformers 5.24.0", MEASURED,
+             "not measured there: peft 0.17.0 does not import with transformers 5.24.0 (ImportError: cannot import "
+             "name 'HybridCache' from 'transformers'), so every plan stops before FSDP",
+             "python bench/facts/release_run.py peft --script bench/facts/fsdp303_cpu_check.py --at 0.17.0"),
+        Fact("peft 0.17.0 with transformers 4.57.6 (over torch 2.13.0)", "peft 0.17.0, transformers 4.57.6",
+             MEASURED,
+             "the ParamWrapper path is not reached: transformers 4.57.6's Mixtral keeps one nn.Linear per expert, so "
+             "LoRA on w1/w2/w3 is ordinary LoRA (48 adapted modules); every plan gives the no-FSDP loss and gradients "
+             "except fsdp2-layer-checkpointed ('CheckpointError: torch.utils.checkpoint: Recomputed values for the "
+             "following tensors have different metadata', the KV cache under recomputation, FSDP107's failure)",
+             "python bench/facts/release_run.py peft --script bench/facts/fsdp303_cpu_check.py --at 0.17.0 --with "
+             "transformers==4.57.6 --with huggingface_hub==0.36.0 --with tokenizers==0.22.1 --with requests --with "
+             "urllib3 --with charset_normalizer --with certifi"),
+    )
     doc = """
     ## What it does
     Finds peft `target_parameters` LoRA (`lora.ParamWrapper`, what peft makes of fused MoE experts) in an

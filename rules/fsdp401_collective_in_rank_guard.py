@@ -605,7 +605,10 @@ class CollectiveInRankGuard(Rule):
                 guard = a.rank_guard(ev.step)
                 if guard is None or _both_branches(a, t, ev, guard) or a.fsdp_branch(ev.step) is False:
                     continue  # (the other branch gathers too, or this branch runs only without FSDP)
-                what = _collective(a, t, ev, launch) or _gathering_save(ctx, a, t, ev, launch)
+                what = _collective(a, t, ev, launch)
+                rests_on = ()
+                if what is None:
+                    what, rests_on = _gathering_save(ctx, a, t, ev, launch), ("save_pretrained_gathers_dtensors",)
                 if what is None:
                     continue
                 reported.add(id(ev.step))
@@ -615,6 +618,7 @@ class CollectiveInRankGuard(Rule):
                     f"on some ranks (guard at line {ctx.line(guard)}): rank 0 waits for the others forever and the "
                     "job hangs until the NCCL timeout. Gather on all ranks outside the guard, then let rank 0 "
                     "write (pass the gathered dict as save_pretrained(..., state_dict=sd)).",
+                    rests_on=rests_on,
                 )
         self._explicit(ctx, a, reported)
 

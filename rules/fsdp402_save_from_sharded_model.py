@@ -501,6 +501,7 @@ class SaveFromShardedModel(Rule):
                        f"save_pretrained themselves; the target is {ctx.version('transformers').describe()}: "
                        f"{ctx.version('transformers').declare_hint('5.24')}.)" if severity is not None else ""),
                     severity=severity,
+                    rests_on=("save_pretrained_gathers_dtensors",) if ev.kind == "save" and "FSDP2" in what else (),
                 )
 
     @staticmethod

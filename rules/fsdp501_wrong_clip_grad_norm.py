@@ -254,6 +254,7 @@ class WrongClipGradNorm(Rule):
                             "rank's part. Use norm.full_tensor().item(), which is whole on every release, or "
                             "declare torch >= 2.13.",
                             severity=Severity.WARNING,
+                            rests_on=("fsdp2_clip_norm_replicated",),
                         )
 
 

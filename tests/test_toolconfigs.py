@@ -150,10 +150,13 @@ def test_llamafactory_8bit_under_fsdp():
     assert "FSDP1" in findings[0]["message"] and "LLaMA-Factory" in findings[0]["message"]
     rc, findings = lint("--isolated", job, "--target-version", "transformers=5.24.0")
     assert "FSDP2" in findings[0]["message"]
-    # LLaMA-Factory >= 0.8.2 refuses 8-bit under FSDP with its own message.
-    # (transformers pinned too: with FSDP2 the job would also meet LLaMA-Factory's own FSDP2 advisory, FSDP601)
-    assert lint("--isolated", job, "--target-version", "llamafactory=0.8.2", "--target-version",
-                "transformers=4.57.1") == (0, [])
+    # LLaMA-Factory >= 0.7.1 refuses 8-bit under FSDP itself (read at v0.7.0 and v0.7.1; the message names
+    # fsdp+qlora from 0.8.2). (transformers pinned too: with FSDP2 the job would also meet LLaMA-Factory's own
+    # FSDP2 advisory, FSDP601)
+    tf = ("--target-version", "transformers=4.57.1")
+    assert lint("--isolated", job, "--target-version", "llamafactory=0.8.2", *tf) == (0, [])
+    assert lint("--isolated", job, "--target-version", "llamafactory=0.7.1", *tf) == (0, [])
+    assert codes(lint("--isolated", job, "--target-version", "llamafactory=0.7.0", *tf)[1]) == [("FSDP203", "error", 2)]
     assert lint("--isolated", str(LF / "qlora_fsdp_correct.yaml"), "--target-version", "transformers=4.57.1") == (0, [])
 
 
@@ -169,8 +172,10 @@ def _lf_project(tmp_path: Path, requirements: str, launcher: bool = True) -> Pat
 
 @pytest.mark.parametrize("requirements,expected", [
     ("transformers==4.38.2\nbitsandbytes==0.42.0\n", [("FSDP202", "warning", 3)]),
-    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.7.1\n", [("FSDP202", "error", 3)]),
-    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.8.0\n", []),  # refuses old versions itself
+    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.7.0\n", [("FSDP202", "error", 3)]),
+    # From 0.7.1 (read at v0.7.0 and v0.7.1) it refuses old versions under FSDP itself.
+    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.7.1\n", []),
+    ("transformers==4.38.2\nbitsandbytes==0.42.0\nllamafactory==0.8.0\n", []),
     ("transformers==4.39.1\nbitsandbytes==0.43.0\n", []),  # the storage keyword is honoured
 ])
 def test_llamafactory_qlora_with_the_environment_pins(tmp_path, monkeypatch, requirements, expected):
@@ -279,7 +284,8 @@ def test_model_command_needs_a_weights_free_config_for_a_hub_id(tmp_path):
 
 @pytest.mark.parametrize("pin,expected", [
     ("", [("FSDP202", "warning", 13)]),
-    ("llamafactory==0.7.1\n", [("FSDP202", "error", 13)]),
+    ("llamafactory==0.7.0\n", [("FSDP202", "error", 13)]),
+    ("llamafactory==0.7.1\n", []),
     ("llamafactory==0.8.0\n", []),
 ])
 def test_llamafactory_job_given_as_launcher_flags(tmp_path, monkeypatch, pin, expected):

@@ -379,13 +379,16 @@ trainer = GRPOTrainer(model="org/model", reward_funcs=reward, args=args, train_d
 """
 
 
-def test_installed_transformers_5_is_not_the_project_of_a_trl_pinned_before_0_16(tmp_path):
+def test_installed_transformers_5_is_not_the_project_of_a_trl_pinned_before_0_29(tmp_path):
+    """Measured with transformers 5.24.0 (behaviour `trl_needs_transformers_4`): trl 0.28.0 and older do not
+    import their trainers, 0.29.0 does."""
     write(tmp_path, {"requirements.txt": "trl==0.15.2\n", "train.py": GRPO_REENTRANT})
     tv = lambda v, kind: versions.TargetVersion("trl", versions.Version(v), "requirements.txt", kind)  # noqa: E731
     installed = versions.TargetVersion("transformers", versions.Version("5.24.0"), "installed", "installed")
     why = behaviour.excluded_installed("transformers", installed, lambda p: tv("0.15.2", "declared"))
     assert why is not None and "trl 0.15.2" in why
-    assert behaviour.excluded_installed("transformers", installed, lambda p: tv("0.17.0", "declared")) is None
+    assert "trl 0.28.0" in behaviour.excluded_installed("transformers", installed, lambda p: tv("0.28.0", "declared"))
+    assert behaviour.excluded_installed("transformers", installed, lambda p: tv("0.29.0", "declared")) is None
     assert behaviour.excluded_installed("transformers", installed, lambda p: tv("0.15.2", "installed")) is None
     older = versions.TargetVersion("transformers", versions.Version("4.48.0"), "installed", "installed")
     assert behaviour.excluded_installed("transformers", older, lambda p: tv("0.15.2", "declared")) is None

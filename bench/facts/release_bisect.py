@@ -155,7 +155,7 @@ def bisect(versions: list[str], holds: Callable[[str], bool], linear: bool, log=
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("package")
-    p.add_argument("path", help="file inside the release, e.g. trl/trainer/grpo_trainer.py")
+    p.add_argument("path", help="file inside the release, e.g. trl/trainer/grpo_trainer.py; A,B: the first present")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--regex", help="holds when the file matches this regular expression")
     g.add_argument("--ast-call", help="holds when the file calls a function or method of this name")
@@ -176,7 +176,8 @@ def main(argv=None) -> int:
     pred = predicate(args)
 
     def holds(v: str) -> bool:
-        text = src.read(v, args.path)
+        # "A,B": the file moved between releases; the first of them the release has is read.
+        text = next((t for t in (src.read(v, p) for p in args.path.split(",")) if t is not None), None)
         h = text is not None and pred(text)
         return (not h) if args.until else h
 

@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 from packaging.version import Version
 
 from fsdplint.behaviour import BEHAVIOURS as BEHAVIOUR
-from fsdplint.behaviour import holds
+from fsdplint.behaviour import holds, unverified
 from fsdplint.versions import TargetVersion, parse_version
 
 # axolotl's own fsdp_version default is 1 in every version: v0.18.0 pins it
@@ -51,8 +51,10 @@ _ALIASES = {"llamafactory": ("llamafactory", "llmtuner")}
 
 
 def since(name: str, version: Optional[TargetVersion]) -> Optional[bool]:
-    """Does behaviour `name` hold at `version`? None when the version is unknown."""
-    if version is None:
+    """Does behaviour `name` hold at `version`? None when the version is unknown, or when the answer rests
+    on a boundary not read at two adjacent releases (behaviour.unverified): the tool's gate is then open
+    either way, and its finding a warning."""
+    if version is None or unverified(name, version):
         return None
     return holds(name, version)
 

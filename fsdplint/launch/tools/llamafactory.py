@@ -5,9 +5,9 @@ model_utils/quantization.py, formerly model/patcher.py; hparams/model_args.py, f
 - `quantization_bit: 4` (bitsandbytes, the default method): BitsAndBytesConfig(load_in_4bit=True,
   bnb_4bit_quant_storage=compute_dtype) with the model loaded in compute_dtype (from v0.6.0,
   "support fsdp + qlora"). transformers < 4.39 / bitsandbytes < 0.43 drop that keyword silently
-  (uint8 storage); from v0.8.0 LLaMA-Factory refuses those versions under FSDP itself.
-- `quantization_bit: 8`: BitsAndBytesConfig(load_in_8bit=True); from v0.8.2 refused under FSDP
-  ("Only 4-bit quantized model can use fsdp+qlora").
+  (uint8 storage); from v0.7.1 LLaMA-Factory refuses those versions under FSDP itself.
+- `quantization_bit: 8`: BitsAndBytesConfig(load_in_8bit=True); from v0.7.1 refused under FSDP
+  ("Only 4-bit quantized model can use auto device map.", from v0.8.2 "... fsdp+qlora or auto device map.").
 - FSDP comes from the accelerate config it is launched with, or from TrainingArguments' `fsdp` /
   `fsdp_config` keys in the same YAML (FSDP version then as the Trainer defaults it).
 - `lora_target: all` adapts every linear layer; otherwise a comma-separated list of names.
