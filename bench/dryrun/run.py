@@ -43,6 +43,9 @@ HUB_CONFIGS = {
     "llama3_8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
                       dtype="bfloat16"),
+    "mistral_7b": dict(model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096,
+                       intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, dtype="bfloat16"),
 }
 
 
@@ -60,11 +63,12 @@ def write_model(d: Path, sizes: dict) -> None:
 
 def write_hub_config(cache: Path, repo_id: str, sizes: dict) -> None:
     """config.json of `repo_id` in huggingface_hub's cache layout (refs/main -> snapshots/<rev>/)."""
-    from transformers import LlamaConfig
+    from transformers import AutoConfig
 
+    sizes = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], **sizes}
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     rev = "0" * 39 + "1"
-    LlamaConfig(**sizes, architectures=["LlamaForCausalLM"]).save_pretrained(repo / "snapshots" / rev)
+    AutoConfig.for_model(**sizes).save_pretrained(repo / "snapshots" / rev)
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(rev)
 
@@ -103,6 +107,8 @@ def run_case(case: dict, repos: Path | None = None) -> dict:
             env["HF_HUB_CACHE"] = str(Path(tmp) / "hub")
             for repo_id, sizes in case["hub_configs"].items():
                 write_hub_config(Path(tmp) / "hub", repo_id, HUB_CONFIGS[sizes])
+        if case.get("pythonpath"):  # the repository's package, as `pip install -e .` would make it importable
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [str(work / p) for p in case["pythonpath"]])
         run_in = work / case.get("cwd", ".")  # the directory the repository's launcher runs from
         words = [str(model) if w == "$MODEL" else w for w in shlex.split(case["launch"])]
         cmd = [sys.executable, "-m", "fsdplint", "run", "--output-format", "json"]

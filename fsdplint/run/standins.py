@@ -7,11 +7,14 @@ otherwise fail for lack of network or of a GPU-only package, and every one is sa
 - `AutoTokenizer.from_pretrained("org/name")` not cached: a word-level tokenizer built offline with the
   vocabulary size of that model's config (when the config is cached or local), the special tokens the
   job passes, and a plain chat template, so `apply_chat_template`, padding and packing run.
-- `load_dataset("org/name", ...)` not cached: 16 rows per split with the columns the job reads. The
-  columns are read from the job's own source, the module that called `load_dataset`: the string keys
-  its `.map`/`.filter` functions subscript (`sample["dialogue"]`) and the names it gives
-  `remove_columns` / `rename_column` / `select_columns`. With none there, a `text` column (what
-  `SFTTrainer` and language-modelling jobs read without naming it). `messages` holds chat turns,
+- `load_dataset("org/name", ...)` not cached: 2048 rows per split (enough for the job's own test-split
+  sizes and a batch on every rank) with the columns the job reads. The columns are read from the
+  job's own source, the module that called `load_dataset`: the string keys its `.map`/`.filter`
+  functions subscript (`sample["dialogue"]`), the names it gives `remove_columns` and the column a
+  `rename_column` reads (not the one it makes); and from its configuration: the values of `*column*` / `*field*` options on its
+  command line and keys in the YAML/JSON files the command line names (a recipe's `columns:
+  [messages]`). With none, a `text` column (what `SFTTrainer` and language-modelling jobs read
+  without naming it). `messages` holds chat turns,
   `label`-like columns hold integers, the rest hold text.
 - `attn_implementation="flash_attention_2"` (or another kernel) that is not installed here: sdpa, as
   the kernel would be on the cluster for what the dry run checks (shapes, dtypes, wrapping).
@@ -26,14 +29,15 @@ import os
 import re
 import sys
 
-ROWS = 16
+ROWS = 2048
 NOTES: list[str] = []
 
 # Split names are subscripted too (`raw["train"]`); they are not columns.
 _SPLITS = {"train", "test", "validation", "valid", "eval", "dev"}
 _CHAT_COLUMNS = {"messages", "conversation", "conversations", "chat", "dialog"}
 _INT_COLUMNS = re.compile(r"(label|labels|idx|id|.*_id|.*_label)$")
-_COLUMN_CALLS = {"remove_columns", "rename_column", "rename_columns", "select_columns", "cast_column"}
+# Calls that name columns of the data as loaded (select_columns/cast_column often name derived ones).
+_COLUMN_CALLS = {"remove_columns"}
 _WORDS = "the a cat dog sat on mat hello world of and to in is it that was for".split()
 _CHAT_TEMPLATE = ("{% for message in messages %}{{ bos_token if loop.first else '' }}{{ message['role'] }}: "
                   "{{ message['content'] }}{{ eos_token }}\n{% endfor %}"
@@ -138,8 +142,8 @@ def _datasets() -> None:
             if _is_local(path) or kwargs.get("data_files") or kwargs.get("data_dir") or not _dataset_missing(e):
                 raise
             caller = _caller_file()
-            return standin_dataset(path, kwargs.get("split", args[1] if len(args) > 1 else None),
-                                   columns_read_by(caller) if caller else [], caller)
+            columns = list(dict.fromkeys((columns_read_by(caller) if caller else []) + columns_configured(sys.argv)))
+            return standin_dataset(path, kwargs.get("split", args[1] if len(args) > 1 else None), columns, caller)
 
     datasets.load_dataset = load_dataset
     load_mod.load_dataset = load_dataset
@@ -177,13 +181,20 @@ def columns_read_by(path: str) -> list[str]:
         return []
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found: list[str] = []
+    made: set[str] = set()  # rename targets: columns the job makes, which the loaded data must not have
     mapped = []
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
         if name in ("map", "filter") and isinstance(call.func, ast.Attribute):
             fn = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "function"), None)
             mapped.append(fn)
-        if name in _COLUMN_CALLS:
+        if name == "rename_column":  # the column it reads, not the one it makes
+            found += _strings(call.args[:1])
+            made.update(_strings(call.args[1:2]))
+        elif name == "rename_columns" and call.args and isinstance(call.args[0], ast.Dict):
+            found += _strings([k for k in call.args[0].keys if k is not None])
+            made.update(_strings(call.args[0].values))
+        elif name in _COLUMN_CALLS:
             found += _strings(call.args)
         found += [s for k in call.keywords if k.arg in ("remove_columns", "column_names", "input_columns")
                   for s in _strings([k.value])]
@@ -200,8 +211,56 @@ def columns_read_by(path: str) -> list[str]:
                 found.append(n.slice.value)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions:
                 mapped.append(n.func)  # a helper the mapped function calls with the row
-    columns = [c for c in dict.fromkeys(found) if re.fullmatch(r"[a-z_][a-z0-9_]*", c) and c not in _SPLITS]
+    columns = [c for c in dict.fromkeys(found) if re.fullmatch(r"[a-z_][a-z0-9_]*", c) and c not in _SPLITS
+               and c not in made]
     return columns
+
+
+def _is_column_key(key) -> bool:
+    key = str(key).lower().lstrip("-")
+    return "column" in key or key.endswith("_field") or key == "field"
+
+
+def columns_configured(argv: list[str]) -> list[str]:
+    """Columns the job's configuration names: `--dataset_text_field content`, and `*column*` / `*field*`
+    keys of the YAML/JSON files on its command line (a recipe's `columns: [messages]`)."""
+    found: list[str] = []
+    for i, word in enumerate(argv):
+        key, eq, value = word.partition("=")
+        if key.startswith("--") and _is_column_key(key):
+            v = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            found += [c for c in re.split(r"[,\s]+", v) if c]
+        path = value if eq else word
+        if path.endswith((".yaml", ".yml", ".json")) and os.path.isfile(path):
+            found += _config_file_columns(path)
+    return [c for c in dict.fromkeys(found) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", c) and c not in _SPLITS]
+
+
+def _config_file_columns(path: str) -> list[str]:
+    try:
+        import yaml
+
+        with open(path, encoding="utf-8", errors="replace") as f:
+            data = yaml.safe_load(f)
+    except Exception:  # not the job's config, or not readable: it names no column
+        return []
+    out: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if _is_column_key(k) and isinstance(v, str):
+                    out.append(v)
+                elif _is_column_key(k) and isinstance(v, list):
+                    out.extend(x for x in v if isinstance(x, str))
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(data)
+    return out
 
 
 def _strings(nodes) -> list[str]:
