@@ -125,3 +125,16 @@ def test_a_shell_file_without_a_launch_is_a_one_line_error(launcher_dir):
         command.parse(["bash", "setup.sh"])
     with pytest.raises(UsageError, match=r"missing.sh: "):
         command.parse(["bash", "missing.sh"])
+
+
+def test_a_mistyped_local_path_is_not_taken_for_a_hub_id(tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+    for cls in (AutoTokenizer, PreTrainedTokenizerBase):  # undone after the test: other tests load for real
+        monkeypatch.setattr(cls, "from_pretrained", cls.__dict__["from_pretrained"])
+    standins._tokenizers()
+    with pytest.raises(OSError):
+        AutoTokenizer.from_pretrained("models/llama-typo")  # the job's own error, as on the cluster
+    assert standins._is_local("models/llama-typo") and not standins._is_local("meta-llama/Llama-2-7b-hf")

@@ -57,7 +57,12 @@ def _note(text: str) -> None:
 
 
 def _is_local(name) -> bool:
-    return not isinstance(name, str) or os.path.exists(name) or name.startswith((".", "/", "~"))
+    """A path, not a hub id: it exists, is written as a path, or sits in a directory that exists (a
+    mistyped `models/llama` under an existing `models/` is the job's error, not a hub id to stand in)."""
+    if not isinstance(name, str) or os.path.exists(name) or name.startswith((".", "/", "~")):
+        return True
+    parent = os.path.dirname(name)
+    return bool(parent) and os.path.isdir(parent)
 
 
 # -- tokenizers --------------------------------------------------------------------------------------
