@@ -34,7 +34,7 @@ def test_columns_come_from_the_functions_the_job_maps(tmp_path):
     assert standins.columns_read_by(path) == ["dialogue", "summary"]
 
 
-def test_columns_from_a_helper_the_mapped_function_calls_and_the_column_calls(tmp_path):
+def test_columns_from_a_function_the_mapped_one_calls_and_the_column_calls(tmp_path):
     path = _module(tmp_path, """
         def fmt(ex):
             return {"content": join(ex)}

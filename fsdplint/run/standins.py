@@ -215,7 +215,7 @@ def columns_read_by(path: str) -> list[str]:
             if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
                 found.append(n.slice.value)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions:
-                mapped.append(n.func)  # a helper the mapped function calls with the row
+                mapped.append(n.func)  # a function the mapped one calls with the row
     columns = [c for c in dict.fromkeys(found) if re.fullmatch(r"[a-z_][a-z0-9_]*", c) and c not in _SPLITS
                and c not in made]
     return columns
@@ -283,7 +283,7 @@ def _strings(nodes) -> list[str]:
 def _value(column: str, i: int):
     text = " ".join(_WORDS[(i + k) % len(_WORDS)] for k in range(24))
     if column in _CHAT_COLUMNS:
-        return [{"role": "user", "content": text}, {"role": "assistant", "content": text[::-1].strip() or text}]
+        return [{"role": "user", "content": text}, {"role": "assistant", "content": text}]
     if _INT_COLUMNS.match(column):
         return i % 2
     return text
