@@ -96,7 +96,7 @@ def _vocab_size(name: str) -> tuple[int, str]:
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(name)
+        config = AutoConfig.from_pretrained(name, local_files_only=True)  # sizing only: never a download
         size = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", None)
         if size:
             return int(size), f"its config's vocabulary of {size}"
