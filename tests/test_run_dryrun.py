@@ -39,8 +39,8 @@ def workdir(tmp_path_factory):
     return d
 
 
-def _run(workdir, *args, fmt="json"):
-    env = {**os.environ, "MODEL": str(workdir / "tiny"), "PYTHONPATH": str(ROOT)}
+def _run(workdir, *args, fmt="json", **extra_env):
+    env = {**os.environ, "MODEL": str(workdir / "tiny"), "PYTHONPATH": str(ROOT), **extra_env}
     env.pop("HF_HUB_OFFLINE", None)
     p = subprocess.run([sys.executable, "-m", "fsdplint", "run", "--output-format", fmt, *args],
                        cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
@@ -111,3 +111,24 @@ def test_script_alone_runs_the_launch_the_static_side_found(workdir):
     assert "simulated ranks 0, 1" in p.stdout
     # LoRA injected after fully_shard: found on the live model, reported at the job's first forward
     assert f"train.py:{_line_of(proj / 'train.py', 'model(input_ids=ids)')}:1: FSDP101" in p.stdout, p.stdout
+
+
+def test_uncached_hub_tokenizer_and_dataset_get_stand_ins_and_the_report_says_so(workdir):
+    # Only the model's config.json is in this hub cache (as after `hf download ID config.json`); the job
+    # also asks the hub for its tokenizer, a prompt-completion dataset and flash-attention.
+    import shutil
+
+    snap = workdir / "hub" / "models--fsdplint-test--tiny-chat" / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True, exist_ok=True)
+    shutil.copy(workdir / "tiny" / "config.json", snap / "config.json")
+    (snap.parents[1] / "refs").mkdir(exist_ok=True)
+    (snap.parents[1] / "refs" / "main").write_text("0" * 40)
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "2", "hub_data_standins.py", fmt="concise",
+             HF_HUB_CACHE=str(workdir / "hub"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("stopped at its first training forward") == 2
+    assert ("tokenizer fsdplint-test/tiny-chat not cached: used a stand-in word-level tokenizer of its config's "
+            "vocabulary of 128") in p.stdout
+    assert ("dataset fsdplint-test/prompt-completion not cached: used a 2048-row stand-in with columns prompt, "
+            "completion (read from hub_data_standins.py)") in p.stdout
+    assert "attn_implementation='flash_attention_2': its kernel is not installed here" in p.stdout

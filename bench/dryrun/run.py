@@ -33,6 +33,20 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
             num_key_value_heads=4, vocab_size=128)
 LLAMA70B = dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
                 num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0)
+# The published config.json sizes of the hub models official launchers name (config only; the dry run
+# reads nothing else of a model). A case's `hub_configs` puts them in a fresh hub cache, as a machine
+# that has run `hf download MODEL config.json` has them; tokenizers and datasets stay uncached, so the
+# dry run's stand-ins are exercised.
+HUB_CONFIGS = {
+    "llama2_70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                       num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096, dtype="float16"),
+    "llama3_8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                      dtype="bfloat16"),
+    "mistral_7b": dict(model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096,
+                       intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, dtype="bfloat16"),
+}
 
 
 def write_model(d: Path, sizes: dict) -> None:
@@ -45,6 +59,18 @@ def write_model(d: Path, sizes: dict) -> None:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", bos_token="<s>",
                             eos_token="</s>").save_pretrained(d)
+
+
+def write_hub_config(cache: Path, repo_id: str, sizes: dict) -> None:
+    """config.json of `repo_id` in huggingface_hub's cache layout (refs/main -> snapshots/<rev>/)."""
+    from transformers import AutoConfig
+
+    sizes = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], **sizes}
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    rev = "0" * 39 + "1"
+    AutoConfig.for_model(**sizes).save_pretrained(repo / "snapshots" / rev)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(rev)
 
 
 def _realworld():
@@ -77,13 +103,20 @@ def run_case(case: dict, repos: Path | None = None) -> dict:
         (work / "data").mkdir(exist_ok=True)  # a local dataset directory, for `--dataset_name data`
         (work / "data" / "train.jsonl").write_text(rows)
         env = {**os.environ, "MODEL": str(model), "PYTHONPATH": str(ROOT)}
+        if case.get("hub_configs"):
+            env["HF_HUB_CACHE"] = str(Path(tmp) / "hub")
+            for repo_id, sizes in case["hub_configs"].items():
+                write_hub_config(Path(tmp) / "hub", repo_id, HUB_CONFIGS[sizes])
+        if case.get("pythonpath"):  # the repository's package, as `pip install -e .` would make it importable
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [str(work / p) for p in case["pythonpath"]])
+        run_in = work / case.get("cwd", ".")  # the directory the repository's launcher runs from
         words = [str(model) if w == "$MODEL" else w for w in shlex.split(case["launch"])]
         cmd = [sys.executable, "-m", "fsdplint", "run", "--output-format", "json"]
         if case.get("world_size"):
             cmd += ["--world-size", str(case["world_size"])]
         started = time.perf_counter()
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        p = subprocess.run([*cmd, "--", *words], cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        p = subprocess.run([*cmd, "--", *words], cwd=run_in, env=env, capture_output=True, text=True, timeout=900)
         seconds = time.perf_counter() - started
         peak = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024
         try:
@@ -92,7 +125,7 @@ def run_case(case: dict, repos: Path | None = None) -> dict:
             return {"id": case["id"], "ok": False, "why": f"exit {p.returncode}: {p.stderr.strip()[-300:]}",
                     "seconds": seconds, "peak_mib": peak}
         name = case.get("file", "train.py")  # an official example names its file and line
-        script = work / name
+        script = run_in / name
         marked = case.get("line") or (next((i for i, l in enumerate(script.read_text().splitlines(), 1)
                                             if "# BUG" in l), None) if script.is_file() else None)
     codes = sorted({f["code"] for f in found})

@@ -45,11 +45,12 @@ def _run(spec: dict, result: dict) -> None:
     for name in ("bitsandbytes", "peft", "accelerate", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
-    from fsdplint.run import models, world, wraps
+    from fsdplint.run import models, standins, world, wraps
 
     world.import_stack()
     world.install(spec["world_size"], spec["rank"], spec["local_world_size"], spec["gpu_memory"])
     models.install()
+    standins.install()  # hub data, tokenizers and kernels this machine cannot load
     wraps.install()
     sentinel.install()
 
@@ -98,6 +99,7 @@ def _run(spec: dict, result: dict) -> None:
                                "traceback": traceback.format_exc(limit=-8)}
     result["reached"] = list(sentinel.PROGRESS.points)
     result["notes"].extend(models.NOTES)
+    result["notes"].extend(standins.NOTES)
     result["notes"].extend(sorted(sentinel.PROGRESS.notes))
 
 

@@ -67,23 +67,9 @@ def _commands(launches, command) -> list[tuple[list[str], str]]:
 
 
 def _launch_words(launch) -> list[str]:
-    """The command a launch the static side read would run, rebuilt from its parts (a word the shell
-    text leaves unknown, e.g. "$@", is dropped: the run says which launch it ran)."""
-    words = [f"{k}={w.text}" for k, w in launch.env.items() if not w.unknown]
-    head = {"python": ["python"], "torchrun": ["torchrun"], "accelerate": ["accelerate", "launch"]}.get(launch.launcher)
-    if head is None:
-        raise FsdplintError(f"{launch.label}: `fsdplint run` does not run {launch.launcher} launches")
-    words += head
-    for name, w in launch.options.items():
-        if name in ("m", "module") or w.unknown:
-            continue
-        words += [f"--{name}"] if w.text == "true" else [f"--{name}", w.text]
-    if launch.module:
-        words += ["-m", launch.module]
-    elif launch.script:
-        words.append(launch.script)
-    words += [a.text for a in launch.args if not (a.unknown or a.splat)]
-    return words
+    from fsdplint.run.command import launch_words
+
+    return launch_words(launch)
 
 
 def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, command) -> int:

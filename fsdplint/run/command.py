@@ -4,8 +4,9 @@
 `accelerate launch` by accelerate's `launch_command_parser` and `_validate_launch_command` (which read
 its `--config_file` and defaults), and its `prepare_multi_gpu_env` gives the environment accelerate
 hands the script (ACCELERATE_USE_FSDP, FSDP_*, mixed precision ...). `python [-m] ...` runs as is;
-any other first word is a console script (`trl`, `axolotl`, `llamafactory-cli`) found through its
-installed entry point.
+`bash run.sh ARGS` (or `./run.sh`, `sh`, `bash -c "..."`) runs the launch the shell file holds, read by
+the static side's shell reader (variables, continuations, `"$@"` given ARGS); any other first word is a
+console script (`trl`, `axolotl`, `llamafactory-cli`) found through its installed entry point.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def parse(words: list[str]) -> Job:
         job = _torchrun(rest)
     elif head == "accelerate" and rest[:1] == ["launch"]:
         job = _accelerate(rest[1:])
+    elif head in _SHELLS or (head.endswith(".sh") and os.path.isfile(words[0])):
+        inner = _shell(rest) if head in _SHELLS else _shell_file(words[0], rest)
+        inner.env = {**env, **inner.env}
+        return inner
     else:
         job = _console(words[0], rest)
     job.env = {**env, **job.env}
@@ -149,3 +154,69 @@ def _console(name: str, rest: list[str]) -> Job:
 
 _PACKAGES = {"trl": "pip install 'fsdplint[run]'", "axolotl": "pip install axolotl",
              "llamafactory-cli": "pip install llamafactory"}
+
+
+_SHELLS = {"bash", "sh", "dash", "zsh"}
+_RUNNABLE = ("python", "torchrun", "accelerate")
+
+
+def _shell(rest: list[str]) -> Job:
+    """`bash [-xe] FILE ARGS` or `bash -c "COMMAND"`."""
+    i = 0
+    while i < len(rest) and rest[i].startswith("-") and rest[i] != "-c":
+        i += 1
+    if i < len(rest) and rest[i] == "-c":
+        if i + 1 >= len(rest):
+            raise UsageError("fsdplint run: `bash -c` gives no command")
+        return _from_shell_text(rest[i + 1], "bash -c", None, rest[i + 2:])
+    if i >= len(rest):
+        raise UsageError("fsdplint run: the shell runs no file")
+    return _shell_file(rest[i], rest[i + 1:])
+
+
+def _shell_file(path: str, args: list[str]) -> Job:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise UsageError(f"fsdplint run: {path}: {e.strerror or e}") from None
+    return _from_shell_text(text, path, os.path.abspath(path), args)
+
+
+def _from_shell_text(text: str, name: str, path: Optional[str], args: list[str]) -> Job:
+    from fsdplint.launchers import parse_launches
+
+    found = [l for l in parse_launches(text, name, path) if l.launcher in _RUNNABLE]
+    if not found:
+        raise UsageError(f"fsdplint run: {name}: holds no python, torchrun or accelerate launch to run")
+    # A launcher file runs its launches in order and the first one to reach FSDP is what fails first;
+    # the dry run takes the first (the report names it).
+    launch = found[0]
+    job = parse(launch_words(launch, args))
+    job.text = f"{launch.label}: {job.text}"
+    return job
+
+
+def launch_words(launch, splat_args: Optional[list[str]] = None) -> list[str]:
+    """The command a launch the static side read would run, rebuilt from its parts. `"$@"` becomes
+    `splat_args` (the arguments the shell file was given); another word the shell text leaves unknown
+    (`$(...)`, an unset variable) is dropped, and the run says which launch it ran."""
+    words = [f"{k}={w.text}" for k, w in launch.env.items() if not w.unknown]
+    head = {"python": ["python"], "torchrun": ["torchrun"], "accelerate": ["accelerate", "launch"]}.get(launch.launcher)
+    if head is None:
+        raise UsageError(f"{launch.label}: `fsdplint run` does not run {launch.launcher} launches")
+    words += head
+    for name, w in launch.options.items():
+        if name in ("m", "module") or w.unknown:
+            continue
+        words += [f"--{name}"] if w.text == "true" else [f"--{name}", w.text]
+    if launch.module:
+        words += ["-m", launch.module]
+    elif launch.script:
+        words.append(launch.script)
+    for a in launch.args:
+        if a.splat:
+            words += list(splat_args or [])
+        elif not a.unknown:
+            words.append(a.text)
+    return words
