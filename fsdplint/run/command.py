@@ -184,7 +184,7 @@ def _shell_file(path: str, args: list[str]) -> Job:
 
 
 def _from_shell_text(text: str, name: str, path: Optional[str], args: list[str]) -> Job:
-    from fsdplint.launchers import parse_launches
+    from fsdplint.launch.shell import parse_launches
 
     found = [l for l in parse_launches(text, name, path) if l.launcher in _RUNNABLE]
     if not found:
