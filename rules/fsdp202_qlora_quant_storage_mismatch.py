@@ -206,6 +206,19 @@ class QloraQuantStorageMismatch(Rule):
         """,
     ]
     INVALID = [
+        # The storage is set, but bitsandbytes predates the keyword (0.43.0): the weights stay uint8.
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb, dtype=torch.bfloat16)
+            model = FSDP(model, use_orig_params=True)
+            """,
+            target={"bitsandbytes": "0.41.1"},
+            line=4,
+        ),
         # The uint8 default on one path only, under a condition nothing in the file decides: a warning naming it.
         Invalid(
             """
