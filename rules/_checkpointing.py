@@ -101,19 +101,27 @@ def _replaced_method(a, call: Call) -> Optional[str]:
     sets = [s for s in call.scope.attr_sets if s.target == target and s.key is None and s.seq < call.seq]
     if not sets:
         return None
-    value = sets[-1].value
-    while isinstance(value, cst.Call) and value.args:  # MethodType(fn, obj), partial(fn, ...)
-        value = value.args[0].value
-    name = dotted(value)
     origin = getattr(a, "_origins", {}).get(id(call.scope))
     collector = origin.collector if origin is not None else a.c
-    fn = collector.functions.get(name) if name else None
+    value, fn = sets[-1].value, None
+    for _ in range(4):
+        while isinstance(value, cst.Call) and value.args:  # MethodType(fn, obj), partial(fn, ...)
+            value = value.args[0].value
+        name = dotted(value)
+        fn = collector.functions.get(name) if name else None
+        if fn is not None or name is None or "." in name:
+            break
+        # `enable = partial(_enable, ...)`, then `MethodType(enable, model)`: the name's value.
+        value = a.binding(name, call.scope)
+        if value is None:
+            break
     if fn is None:
         return "unknown"
     return "inputs" if _makes_inputs_require_grad(collector, fn) else None
 
 
-def _makes_inputs_require_grad(collector, fn) -> bool:
+def _makes_inputs_require_grad(collector, fn, depth: int = 0) -> bool:
+    """The function, a function defined in it, or a function of the same module it calls (three deep)."""
     def inside(scope) -> bool:
         while scope is not None:
             if scope is fn:
@@ -121,6 +129,10 @@ def _makes_inputs_require_grad(collector, fn) -> bool:
             scope = collector.enclosing.get(id(scope))
         return False
 
+    for c in collector.calls:
+        if inside(c.scope) and depth < 3 and c.func in collector.functions and collector.functions[c.func] is not fn:
+            if _makes_inputs_require_grad(collector, collector.functions[c.func], depth + 1):
+                return True
     for c in collector.calls:
         if not inside(c.scope):
             continue

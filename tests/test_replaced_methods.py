@@ -30,6 +30,17 @@ ENABLES = {
                 return checkpoint(func, *args, **kwargs)
             self._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=run)
     """,
+    "requires_grad_ in a helper the replacement calls": """
+        def _wrap(checkpoint_func):
+            def run(func, *args, **kwargs):
+                for arg in args:
+                    arg.requires_grad_(True)
+                return checkpoint_func(func, *args, **kwargs)
+            return run
+
+        def _enable(self, gradient_checkpointing_kwargs=None):
+            self._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=_wrap(checkpoint))
+    """,
     "requires_grad = True on the embedding output": """
         def _enable(self, gradient_checkpointing_kwargs=None):
             def hook(module, inputs, output):
@@ -54,6 +65,8 @@ HEAD = """
 BINDINGS = {
     "MethodType": "model.gradient_checkpointing_enable = MethodType(_enable, model)",
     "partial": "model.gradient_checkpointing_enable = partial(_enable, model)",
+    "a partial bound to a name first": ("enable = partial(_enable, gradient_checkpointing_kwargs=None)\n"
+                                        "        model.gradient_checkpointing_enable = MethodType(enable, model)"),
 }
 USE = """
     def prepare(model):
