@@ -230,7 +230,9 @@ class FileCache:
         self.path = path
         self.project = project
         env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
-        key = [FORMAT, _own(), sys.version, os.getcwd(), str(path), filename, _jsonable(settings), env]
+        # sys.prefix: another environment has other libraries installed (or none), and the installed versions
+        # decide findings; a distribution that is absent leaves nothing opened to stamp.
+        key = [FORMAT, _own(), sys.version, sys.prefix, os.getcwd(), str(path), filename, _jsonable(settings), env]
         self.key = hashlib.sha256(json.dumps(key, sort_keys=True, default=repr).encode()).hexdigest()
         self.entry_path = directory / "findings" / self.key[:2] / f"{self.key}.json"
         self.data: Optional[bytes] = None

@@ -19,6 +19,7 @@ from fsdplint.analysis import UNKNOWN
 from fsdplint.apis import BOUNDARIES
 from fsdplint.collect import Call
 from fsdplint.fixes import Replace, add_keyword, safe
+from fsdplint.resolve import dotted
 
 GC_METHODS = ("gradient_checkpointing_enable", "activation_checkpointing_enable")
 # transformers switched its default to `use_reentrant=False` in transformers#43203 (released in v5).
@@ -36,6 +37,10 @@ class HfCheckpointing:
     use_reentrant: Any
     trl: bool  # set through a trl config (SFTConfig, ...), whose trainers prepare PEFT models themselves
     via_args: bool  # TrainingArguments rather than a direct method call
+    # The method is the project's own (`model.gradient_checkpointing_enable = MethodType(f, model)` before the
+    # call): "inputs" when that function makes the checkpointed inputs require grad itself, "unknown" when its
+    # code is not readable, None when the library's method runs.
+    replaced: Optional[str] = None
 
     def reentrant(self, ctx) -> tuple[bool, str]:
         """Whether checkpointing will be reentrant, and why (for the message); (False, "") when unknown."""
@@ -84,6 +89,69 @@ def _reentrant_of(a, call: Call, kwargs_name: str) -> Any:
     return UNKNOWN
 
 
+def _replaced_method(a, call: Call) -> Optional[str]:
+    """Whether `recv.<method>(...)` runs a function the project bound to the object before the call
+    (`recv.gradient_checkpointing_enable = MethodType(fn, recv)`, `= partial(fn, recv)`, `= fn`): then the
+    library's defaults (reentrancy, input grads) are not what runs, the project's function is. "inputs" when
+    that function (or a function defined in it) makes inputs require grad: `enable_input_require_grads()`,
+    `x.requires_grad_(True)`, `x.requires_grad = True`; "unknown" when the function cannot be read."""
+    recv = dotted(call.receiver) if call.receiver is not None else None
+    if recv is None:
+        return None
+    target = f"{recv}.{call.method}"
+    sets = [s for s in call.scope.attr_sets if s.target == target and s.key is None and s.seq < call.seq]
+    if not sets:
+        return None
+    origin = getattr(a, "_origins", {}).get(id(call.scope))
+    collector = origin.collector if origin is not None else a.c
+    value, fn = sets[-1].value, None
+    for _ in range(4):
+        while isinstance(value, cst.Call) and value.args:  # MethodType(fn, obj), partial(fn, ...)
+            value = value.args[0].value
+        name = dotted(value)
+        fn = collector.functions.get(name) if name else None
+        if fn is not None or name is None or "." in name:
+            break
+        # `enable = partial(_enable, ...)`, then `MethodType(enable, model)`: the name's value.
+        value = a.binding(name, call.scope)
+        if value is None:
+            break
+    if fn is None:
+        return "unknown"
+    return "inputs" if _makes_inputs_require_grad(collector, fn) else None
+
+
+def _makes_inputs_require_grad(collector, fn, depth: int = 0) -> bool:
+    """The function, a function defined in it, or a function of the same module it calls (three deep)."""
+    def inside(scope) -> bool:
+        while scope is not None:
+            if scope is fn:
+                return True
+            scope = collector.enclosing.get(id(scope))
+        return False
+
+    for c in collector.calls:
+        if inside(c.scope) and depth < 3 and c.func in collector.functions and collector.functions[c.func] is not fn:
+            if _makes_inputs_require_grad(collector, collector.functions[c.func], depth + 1):
+                return True
+    for c in collector.calls:
+        if not inside(c.scope):
+            continue
+        if c.method == "enable_input_require_grads":
+            return True
+        if c.method == "requires_grad_":
+            arg = c.arg(0, "requires_grad")
+            if arg is None or (isinstance(arg, cst.Name) and arg.value == "True"):
+                return True
+    for scope in collector.scopes:
+        if not inside(scope):
+            continue
+        for s in scope.attr_sets:
+            if s.target.endswith(".requires_grad") and isinstance(s.value, cst.Name) and s.value.value == "True":
+                return True
+    return False
+
+
 def hf_checkpointing(a) -> list[HfCheckpointing]:
     """Every place the script enables Hugging Face gradient checkpointing."""
     out: list[HfCheckpointing] = []
@@ -91,7 +159,8 @@ def hf_checkpointing(a) -> list[HfCheckpointing]:
         if call.receiver is None:
             continue
         kwname = "gradient_checkpointing_kwargs" if call.method == "gradient_checkpointing_enable" else "activation_checkpointing_kwargs"
-        out.append(HfCheckpointing(call.node, call, kwname, _reentrant_of(a, call, kwname), False, False))
+        out.append(HfCheckpointing(call.node, call, kwname, _reentrant_of(a, call, kwname), False, False,
+                                   _replaced_method(a, call)))
     for call in a.calls("TrainingArguments"):
         for flag, kwname in (("gradient_checkpointing", "gradient_checkpointing_kwargs"),
                              ("activation_checkpointing", "activation_checkpointing_kwargs")):

@@ -86,6 +86,35 @@ class MixedDtypeUnit(Rule):
         "autocast_adapter_dtype=False."
     )
     VALID = [
+        # accelerate FSDP1 with peft's policy set on the plugin: each LoRA layer is a unit of its own.
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            from peft import get_peft_model
+            from peft.utils.other import fsdp_auto_wrap_policy
+            accelerator = Accelerator()
+            model = get_peft_model(AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16), cfg)
+            accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+            model = accelerator.prepare(model)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
+        # The adapters stay in the base dtype.
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            from peft import get_peft_model
+            accelerator = Accelerator()
+            model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+            model = get_peft_model(model, cfg, autocast_adapter_dtype=False)
+            model = accelerator.prepare(model)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"},
+        ),
         """
         import torch
         from transformers import AutoModelForCausalLM
@@ -143,6 +172,23 @@ class MixedDtypeUnit(Rule):
         """,
     ]
     INVALID = [
+        # accelerate wraps with FSDP1 and its default (transformer-block) policy: a block's bf16 base weights
+        # and its fp32 LoRA weights form one FlatParameter.
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            from peft import LoraConfig, get_peft_model
+            accelerator = Accelerator()
+            model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+                                          "  fsdp_use_orig_params: true\n"},
+            line=7,
+        ),
         Invalid(
             """
             import torch
@@ -218,14 +264,19 @@ class MixedDtypeUnit(Rule):
                 load, dtype = _half_load(a, t, lora)
                 if load is None:
                     continue
-                wraps = t.after(lora, ("wrap1", "shard2"))
+                wraps = t.after(lora, ("wrap1", "shard2", "prepare"))
+                wraps = [w for w in wraps if w.kind != "prepare" or _launch_mixes(ctx, a)]
                 if not wraps or _cast_between(a, t, lora, wraps[0]):
                     continue
                 w = wraps[0]
                 escapes = getattr(t, "escapes", None)
                 if escapes is not None and escapes(lora.entity, w):
                     continue
-                if w.kind == "shard2":
+                if w.kind == "prepare":
+                    wrap = f"accelerator.prepare under FSDP1 ({_launch_why(a)})"
+                    consequence = ("FSDP1 flattens each unit into one FlatParameter and raises \"Must flatten tensors "
+                                   "with uniform dtype but got torch.bfloat16 and torch.float32\".")
+                elif w.kind == "shard2":
                     if not tv < FROZEN_DTYPES_RELAXED_IN:
                         continue
                     wrap = "fully_shard"
@@ -284,7 +335,12 @@ def _half_load(a, t, lora):
         call = ev.call
         if ev.seq >= lora.seq or call is None or call.api != "load_model":
             continue
-        if not any(dotted(tg) and t.find(a._target_key(ev.step, dotted(tg))) in (lora.entity, base_entity) for tg in call.targets):
+        keys = [a._target_key(ev.step, dotted(tg)) for tg in call.targets if dotted(tg)]
+        if not keys:
+            # `get_peft_model(AutoModel.from_pretrained(...), cfg)`: the load's unnamed result.
+            r = a.ref(call.node, ev.step)
+            keys = [r.key] if r is not None and not r.child else []
+        if not any(t.find(k) in (lora.entity, base_entity) for k in keys):
             continue
         if call.kw("quantization_config") is not None or call.kw("load_in_4bit") or call.kw("load_in_8bit"):
             return None, None  # quantized bases are FSDP201/FSDP202's business
@@ -295,6 +351,34 @@ def _half_load(a, t, lora):
             return call, HALF[name]
         return None, None
     return None, None
+
+
+# accelerate FSDP1 policies that put a block's LoRA and base weights in one unit (NO_WRAP: all in the root).
+_MIXING_LAUNCH_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+
+
+def _launch_mixes(ctx, a) -> bool:
+    """`accelerator.prepare` wraps with FSDP1 and a launch-config policy that mixes LoRA and base weights in
+    one unit: the plugin's policy is not replaced by peft's (neither by the script nor by a Trainer of
+    transformers >= 4.39, which does it for PEFT models). accelerate's default policy is the transformer one."""
+    launch = getattr(a, "launch", None)
+    if launch is None or launch.fsdp_version != 1:
+        return False
+    if a.calls("peft_fsdp_auto_wrap_policy"):
+        return False
+    if a.calls("Trainer") and behaviour.holds("trainer_peft_wrap_policy", ctx.version("transformers")) is not False:
+        return False
+    policy = launch.get("auto_wrap_policy")
+    value = policy.value if policy is not None else "TRANSFORMER_BASED_WRAP"
+    return str(value).strip().upper() in _MIXING_LAUNCH_POLICIES
+
+
+def _launch_why(a) -> str:
+    launch = a.launch
+    policy = launch.get("auto_wrap_policy")
+    src = getattr(launch, "source", None)
+    name = str(policy.value).strip().upper() if policy is not None else "TRANSFORMER_BASED_WRAP, accelerate's default"
+    return f"{name}{f', {src}' if src else ''}"
 
 
 def _cast_between(a, t, lora, wrap) -> bool:

@@ -208,6 +208,19 @@ class DeviceMapWithFsdp(Rule):
             """,
             line=6,
         ),
+        # The load is the wrap's argument, returned from a helper: the unnamed loaded model is the wrapped one.
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            def build(name):
+                return FSDP(AutoModelForCausalLM.from_pretrained(name, device_map="auto"))
+
+            model = build(name)
+            """,
+            line=5,
+        ),
         Invalid(
             """
             from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
@@ -387,6 +400,11 @@ def _load_keys(t, load) -> list[str]:
         d = dotted(tg)
         if d:
             out.append(t.analysis._target_key(load.step, d))
+    if not out and call is not None:
+        # `FSDP(AutoModel.from_pretrained(...))`: the load's unnamed result, as the analysis names it.
+        r = t.analysis.ref(call.node, load.step)
+        if r is not None and not r.child:
+            out.append(r.key)
     return out
 
 

@@ -306,6 +306,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
                 continue  # get_peft_model on a checkpointing model calls enable_input_require_grads
             if not site.via_args and _never_lora(a, site):
                 continue  # another model (or the branch without LoRA): its base trains, inputs require grad
+            if site.replaced == "inputs":
+                continue  # the project's own method, bound to the model, makes the inputs require grad
             reentrant, why = site.reentrant(ctx)
             if not reentrant:
                 continue
@@ -315,6 +317,10 @@ class ReentrantCheckpointingFrozenBase(Rule):
             severity = None if site.use_reentrant is True else ctx.version_severity(ctx.version("transformers"))
             if severity is not None:
                 why += "; " + ctx.version("transformers").declare_hint(NON_REENTRANT_DEFAULT_SINCE)
+            if site.replaced == "unknown":
+                # The call runs a function the project bound to the model, whose code is not read here.
+                severity = Severity.WARNING
+                why += f"; {site.call.method} is replaced on the model by a function not read here, which decides"
             ctx.report(
                 site.node,
                 f"Gradient checkpointing is reentrant here ({why}) and the LoRA base model is frozen, so the "

@@ -206,6 +206,19 @@ class QloraQuantStorageMismatch(Rule):
         """,
     ]
     INVALID = [
+        # The storage is set, but bitsandbytes predates the keyword (0.43.0): the weights stay uint8.
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb, dtype=torch.bfloat16)
+            model = FSDP(model, use_orig_params=True)
+            """,
+            target={"bitsandbytes": "0.41.1"},
+            line=4,
+        ),
         # The uint8 default on one path only, under a condition nothing in the file decides: a warning naming it.
         Invalid(
             """
@@ -430,6 +443,17 @@ class QloraQuantStorageMismatch(Rule):
                 msg += f" ({dtype_name})." if dtype_name else " and pass that dtype to from_pretrained(dtype=...)."
                 fix = _fix(ctx, a, bnb, dtype, load, dtype_name, replace=given)
                 ctx.report(bnb.node, msg, fix=fix)
+                continue
+            dropped = _storage_dropped_by(ctx)
+            if dropped:
+                # The keyword is set, but a library too old to know it ignores it: the weights keep uint8.
+                ctx.report(
+                    bnb.kwarg("bnb_4bit_quant_storage") or bnb.node,
+                    f"bnb_4bit_quant_storage is set, but {' and '.join(dropped)} ignores it, so the 4-bit weights "
+                    f"keep the uint8 storage under FSDP1, which cannot flatten integer tensors (ValueError: Must "
+                    f"flatten tensors with uniform dtype ... torch.uint8). Install "
+                    + " and ".join(f"{pkg} >= {need}" for pkg, need in STORAGE_KEYWORD_SINCE.items()) + ".",
+                )
                 continue
             storage_name = _dtype(a, storage, bnb)
             if storage_name is None and self._check_paths(ctx, a, bnb, storage, dtype_name):
@@ -696,3 +720,19 @@ def _visible(a, name, bnb, load):
         if name in scope.params:
             return scope is bnb.scope
     return False
+
+
+# The releases that pass `bnb_4bit_quant_storage` on to the 4-bit weights; older ones accept and ignore it
+# (the same table as the tool configs' QUANT_STORAGE_NEEDS).
+STORAGE_KEYWORD_SINCE = {"transformers": "4.39.0", "bitsandbytes": "0.43.0"}
+
+
+def _storage_dropped_by(ctx) -> list:
+    """The declared or installed libraries too old to honour bnb_4bit_quant_storage ("bitsandbytes 0.41.1
+    (--target-version) < 0.43.0"); empty when none is known to be (an unknown version is taken as current)."""
+    out = []
+    for pkg, need in STORAGE_KEYWORD_SINCE.items():
+        tv = ctx.version(pkg)
+        if tv.known and tv < need:
+            out.append(f"{tv.describe()} < {need}")
+    return out

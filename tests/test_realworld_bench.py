@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -427,3 +428,38 @@ def test_reported_patch_edits_a_repository_file_in_both_passes_only_when_reporte
     assert stale["status"] == "error" and "reported_patch does not apply" in stale["reason"]
     # The repository's own file is untouched by the run.
     assert "distributed_type" not in (repo / "fsdp.yaml").read_text()
+
+
+STUB_MAIN = """
+import json, sys
+if "--help" in sys.argv:
+    print("--output-format --no-cache --exit-zero")
+elif "--version" in sys.argv:
+    print("stub 0")
+else:
+    print(json.dumps([{"code": "FSDP101", "severity": "error", "filename": "train.py",
+                       "location": {"row": 1, "column": 1}, "message": "from the stub"}]))
+"""
+
+
+def test_a_relative_pythonpath_names_the_checkout_not_the_copied_tree(tmp_path):
+    # `PYTHONPATH=. run.py --fsdplint "python -m fsdplint"` from a checkout: the lint runs inside the copied
+    # tree, so a relative entry must still name the checkout's package (here a stub that finds FSDP101),
+    # not fall back to the installed fsdplint.
+    bench = tmp_path / "bench"
+    case = bench / "cases" / "tiny-lora-after-fully-shard"
+    (case / "bug").mkdir(parents=True)
+    (case / "case.toml").write_text(CASE)
+    (case / "bug" / "train.py").write_text("print('nothing to find')\n")
+    checkout = tmp_path / "checkout"
+    (checkout / "fsdplint").mkdir(parents=True)
+    (checkout / "fsdplint" / "__init__.py").write_text("")
+    (checkout / "fsdplint" / "__main__.py").write_text(STUB_MAIN)
+    out_json = tmp_path / "out.json"
+    cmd = [sys.executable, str(RUN), "--fsdplint", f"{sys.executable} -m fsdplint", "--bench", str(bench),
+           "--json", str(out_json), "--output", str(tmp_path / "results.md")]
+    env = dict(os.environ, PYTHONPATH=".")
+    proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["id"]: r for r in json.loads(out_json.read_text())["cases"]}
+    assert rows["tiny-lora-after-fully-shard"]["found"] == ["FSDP101:error"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -39,6 +40,17 @@ MANIFEST_FIELDS = ("repo", "bug_commit", "paths")
 REPORTED_FIELDS = ("reported_launch", "reported_files", "reported_paths", "reported_overlay", "reported_patch",
                    "reported_versions")
 LINT_TIMEOUT_S = 600
+
+
+def _absolute_pythonpath() -> dict:
+    """The environment with PYTHONPATH's entries made absolute: the lint runs inside the copied tree, where
+    `PYTHONPATH=.` would name the tree, not the checkout whose fsdplint is measured (which then silently
+    falls back to whatever fsdplint is installed)."""
+    env = dict(os.environ)
+    entries = env.get("PYTHONPATH")
+    if entries:
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(e).resolve()) if e else e for e in entries.split(os.pathsep))
+    return env
 
 
 class BenchError(Exception):
@@ -197,7 +209,8 @@ class Linter:
         argv = self.command + self.prefix + ["."] + self.options + list(extra)
         start = time.monotonic()
         try:
-            proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True, timeout=LINT_TIMEOUT_S)
+            proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True, timeout=LINT_TIMEOUT_S,
+                                  env=_absolute_pythonpath())
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {LINT_TIMEOUT_S} s", "seconds": LINT_TIMEOUT_S}
         seconds = round(time.monotonic() - start, 2)

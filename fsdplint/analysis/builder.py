@@ -19,6 +19,12 @@ from fsdplint.resolve import dotted
 # The name a helper's `return <call>` binds the call's result to (not a name Python code can write).
 RETURNED = "__returned__"
 
+
+def anonymous_key(call: Call) -> str:
+    """The name standing for the unnamed result of a model load nested in another call (per call site;
+    the step's prefix makes it per inlining)."""
+    return f"__loaded_{call.seq}__"
+
 # Attributes that reach the same model through a wrapper.
 TRANSPARENT = {"module", "base_model", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
 # Roots whose first attribute names the object (`self.model`, `trainer.model`).
@@ -81,7 +87,9 @@ class Builder(Classes, Linking):
         if d is None:
             # `setup_fsdp(load_model(name))`: a nested call of an inlined helper is the object it returned.
             returned = self._returned.get(id(expr)) if isinstance(expr, cst.Call) else None
-            return Ref(returned, False) if returned else None
+            if returned:
+                return Ref(returned, False)
+            return self._nested_ref(expr, step, _depth) if isinstance(expr, cst.Call) else None
         parts = d.split(".")
         if parts[0] in HOLDERS and len(parts) > 1:
             root, rest = ".".join(parts[:2]), parts[2:]
@@ -103,6 +111,26 @@ class Builder(Classes, Linking):
         if path and path != ("model",):
             child = True
         return Ref(key, child, tuple(rest))
+
+    def _nested_ref(self, expr: cst.Call, step: Step, depth: int) -> Optional[Ref]:
+        """The object a call written inside another expression stands for: `FSDP(get_peft_model(m, cfg))`
+        wraps `m` itself (the library returns the model it was given), and `FSDP(AutoModel.from_pretrained(...))`
+        wraps the object that load made, which has no name: it gets one of its own (`anonymous_key`), so the
+        load and what is done to its result are events on one model."""
+        if depth > 4:
+            return None
+        call = self.call_at(expr)
+        if call is None:
+            return None
+        if call.api in SAME_MODEL_APIS:
+            idx, kw = SAME_MODEL_APIS[call.api]
+            inner = call.arg(idx, kw)
+            return self.ref(inner, step, depth + 1) if inner is not None else None
+        if call.method in SAME_MODEL_METHODS and call.receiver is not None:
+            return self.ref(call.receiver, step, depth + 1)
+        if call.api == "load_model":
+            return Ref(step.key(anonymous_key(call)), False)
+        return None
 
     # -- timeline construction -------------------------------------------------------
     # Set by `ScriptAnalysis`: the project the file belongs to (analysis/index.py) and the file's path.
@@ -272,6 +300,9 @@ class Builder(Classes, Linking):
             inner = call.arg(idx, kw)
         elif call.method in SAME_MODEL_METHODS or (call.method == "unwrap_model" and self._is_accelerator(call.receiver)):
             inner = call.receiver if call.method != "unwrap_model" else call.arg(0, "model")
+        elif call.api == "load_model" and depth > 0:
+            # `return FSDP(AutoModel.from_pretrained(...))`: the loaded object, named by its call.
+            return probe.key(anonymous_key(call))
         else:
             # `return AutoModel.from_pretrained(...)`: the object that call's result was bound to.
             return probe.key(RETURNED) if depth == 0 else None

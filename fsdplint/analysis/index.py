@@ -37,7 +37,7 @@ LIBRARIES = frozenset({
     "torch", "transformers", "peft", "accelerate", "trl", "bitsandbytes", "deepspeed", "datasets", "numpy",
     "safetensors", "huggingface_hub", "torchtune", "torchao", "lightning", "pytorch_lightning",
 })
-SHEET_VERSION = 7
+SHEET_VERSION = 8
 STAR = "*"  # an import entry `[STAR, module, STAR, level]`: `from module import *`
 _MAX_FILE_BYTES = 2_000_000
 _MAX_MODULES = 128  # whole parsed modules kept per process (libcst trees are large)
@@ -127,9 +127,11 @@ def fact_sheet(text: str) -> dict:
     public = dunder_all(tree.body)
     if public is not None:
         sheet["all"] = public
+    defs = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             sheet["functions"][node.name] = _function_sheet(node, lines)
+            defs[node.name] = [(node, sheet["functions"][node.name])]
         elif isinstance(node, ast.ClassDef):
             methods = {n.name: _function_sheet(n, lines) for n in node.body
                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -137,6 +139,18 @@ def fact_sheet(text: str) -> dict:
             sheet["classes"][node.name] = {"line": node.lineno, "span": [start, node.end_lineno],
                                            "bases": [d for b in node.bases for d in [_dotted(b)] if d],
                                            "methods": methods}
+            defs[node.name] = [(n, methods[n.name]) for n in node.body
+                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    # Top-level definitions a function names without calling them (`MethodType(_enable, model)`,
+    # `partial(step, cfg)`, `model.apply(init_fn)`): what runs them is library code, so `calls` misses them,
+    # and a partial parse of the module must keep them.
+    for items in defs.values():
+        for fn, d in items:
+            called = set(d["calls"])
+            refs = sorted({n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                           and n.id in defs and n.id not in called and n.id != fn.name})
+            if refs:
+                d["refs"] = refs
     return sheet
 
 
@@ -639,7 +653,7 @@ class Project:
             fns = [sheet["functions"][name]] if name in sheet["functions"] else list(
                 sheet["classes"].get(name, {}).get("methods", {}).values())
             for fn in fns:
-                for c in fn["calls"]:
+                for c in (*fn["calls"], *fn.get("refs", ())):
                     head = c.split(".", 1)[0]
                     if head in sheet["functions"] or head in sheet["classes"]:
                         todo.append(head)
