@@ -150,8 +150,10 @@ def lint_text(
     settings: Settings,
     path: Optional[Path] = None,
     fcfg: Optional[FileConfig] = None,
+    module: Optional[cst.Module] = None,
 ) -> list[Finding]:
-    """Findings for `text` (after noqa), each with its fix, if any."""
+    """Findings for `text` (after noqa), each with its fix, if any. `module`: the parse of `text`, when the
+    caller has it (the re-lints under each launch and argument set take the first lint's parse)."""
     fcfg = fcfg or FileConfig(settings, path)
     codes = fcfg.codes
     noqa = NoqaMap(text)
@@ -173,7 +175,10 @@ def lint_text(
             return [bad] if report else []
     parsed = project.parsed(path, text) if project is not None else None
     try:
-        module = parsed.module if parsed is not None else cst.parse_module(text)
+        if module is None:
+            module = parsed.module if parsed is not None else cst.parse_module(text)
+        elif parsed is not None and parsed.module is not module:
+            parsed = None  # its collector belongs to another tree of the same text
     except cst.ParserSyntaxError as e:
         if not report:
             return []
@@ -193,7 +198,7 @@ def lint_text(
 
         def under(run, probe=None):
             opts = {**settings.options, "run": run, "switch_probe": probe}
-            return lint_text(text, filename, replace(settings, options=opts), path, fcfg)
+            return lint_text(text, filename, replace(settings, options=opts), path, fcfg, module)
 
         runs = runs_for(path, filename, settings.options)
         if runs:  # one lint per launch (and one under the script's defaults, to tell what a launch changes)
