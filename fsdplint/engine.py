@@ -824,6 +824,9 @@ def _cached_lint(cache, filename: str, settings: Settings) -> FileResult:
 
 
 def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
+    from fsdplint.context import forget_definitions
+
+    forget_definitions()
     path = Path(filename) if text is None else (Path(filename) if filename != "-" else None)
     src: Optional[SourceFile] = None
     try:
