@@ -57,7 +57,15 @@ def main() -> None:
     other = _env(args.against.resolve()) if args.against else None
     lint = [py, "-m", "fsdplint", "check", ".", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json"]
     parse = [py, str(HERE / "parse_only.py"), "."]
-    rows = []
+    print(f"cold runs (`--no-cache`, -j 1), {args.rounds} interleaved rounds, min CPU s (user + system)\n")
+    head = "| tree | files | lines | load | parse-only CPU s | fsdplint CPU s | fsdplint / parse |"
+    sep = "|---|---|---|---|---|---|---|"
+    if args.against:
+        head += f" {args.against.name} CPU s | {args.against.name} / parse |"
+        sep += "---|---|"
+    print(head + f" parses -j 1 (modules, extra) | parses -j {args.jobs} (modules, extra) | findings -j 1 = -j {args.jobs}"
+          + (f" = {args.against.name}" if args.against else "") + " |")
+    print(sep + "---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(prefix="fsdplint-cold-") as scratch:
         for tree in (t.resolve() for t in args.trees):
             files = [p for p in tree.rglob("*.py")]
@@ -80,29 +88,17 @@ def main() -> None:
                 for key, cmd, env in cmds:
                     cpu = _run(cmd, tree, env)[0]
                     best[key] = min(best.get(key, cpu), cpu)
-            rows.append((tree.name, len(files), lines, loads, best, counts, outs, base_out))
-    print(f"cold runs (`--no-cache`, -j 1), {args.rounds} interleaved rounds, min CPU s (user + system)\n")
-    head = "| tree | files | lines | load | parse-only CPU s | fsdplint CPU s | fsdplint / parse |"
-    sep = "|---|---|---|---|---|---|---|"
-    if args.against:
-        head += f" {args.against.name} CPU s | {args.against.name} / parse |"
-        sep += "---|---|"
-    print(head + f" parses -j 1 (modules, extra) | parses -j {args.jobs} (modules, extra) | findings -j 1 = -j {args.jobs}"
-          + (f" = {args.against.name}" if args.against else "") + " |")
-    print(sep + "---|---|---|")
-    for name, nfiles, lines, loads, best, counts, outs, base_out in rows:
-        p, lt = best["parse"], best["lint"]
-        cells = [name, str(nfiles), f"{lines:,}", f"{min(loads):.1f}–{max(loads):.1f}", f"{p:.2f}", f"{lt:.2f}",
-                 f"{lt / p:.2f}×"]
-        if args.against:
-            cells += [f"{best['against']:.2f}", f"{best['against'] / p:.2f}×"]
-        for jobs in (1, args.jobs):
-            n, mods, extra = counts[jobs]
-            cells.append(f"{n} ({mods}, {extra})")
-        same = outs[1] == outs[args.jobs] and (base_out is None or base_out == outs[1])
-        cells.append("yes" if same else "NO")
-        print("| " + " | ".join(cells) + " |")
-
+            p, lt = best["parse"], best["lint"]
+            cells = [tree.name, str(len(files)), f"{lines:,}", f"{min(loads):.1f}–{max(loads):.1f}", f"{p:.2f}",
+                     f"{lt:.2f}", f"{lt / p:.2f}×"]
+            if args.against:
+                cells += [f"{best['against']:.2f}", f"{best['against'] / p:.2f}×"]
+            for jobs in (1, args.jobs):
+                n, mods, extra = counts[jobs]
+                cells.append(f"{n} ({mods}, {extra})")
+            same = outs[1] == outs[args.jobs] and (base_out is None or base_out == outs[1])
+            cells.append("yes" if same else "NO")
+            print("| " + " | ".join(cells) + " |", flush=True)
 
 if __name__ == "__main__":
     main()
