@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Modules of a project, each a helper another module calls into (a chain: train -> setup -> wrap -> load).
+# Modules of a project, each a function another module calls into (a chain: train -> setup -> wrap -> load).
 LOAD = """
     import torch
     from transformers import AutoModelForCausalLM
@@ -57,7 +57,7 @@ TRAIN = """
 
 
 def _project(tmp: Path, apps: int = 2, per_app: int = 3) -> Path:
-    """`apps` training scripts, each calling into `per_app` chains of helper modules of its own."""
+    """`apps` training scripts, each calling into `per_app` chains of modules of its own."""
     root = tmp / "proj"
     (root / "pkg").mkdir(parents=True)
     (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
@@ -91,7 +91,7 @@ def test_each_module_parsed_once_with_one_and_two_jobs(tmp_path):
     assert one == two
     assert {f["code"] for f in one} >= {"FSDP101"}  # LoRA injected after fully_shard in train.py
     linted = {str(p.resolve()) for p in root.rglob("*.py") if p.read_text()}
-    # Every module with code is parsed, each once: the helpers a training script reaches are not parsed
+    # Every module with code is parsed, each once: the modules a training script reaches are not parsed
     # again (in part by the worker that reaches them, then whole for their own lint by another).
     assert set(parses_one) >= linted - {str((root / "pkg" / "__init__.py").resolve())}
     assert max(parses_one.values()) == 1, parses_one
