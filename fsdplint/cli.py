@@ -187,7 +187,7 @@ def _atomic_write(path: Path, data: bytes, original: bytes) -> Optional[str]:
 
 
 def _run_files(files: list[str], settings, jobs: int, stdin_text: Optional[str], stdin_filename: Optional[str]):
-    from fsdplint.engine import lint_file, lint_files
+    from fsdplint.engine import lint_file, lint_files, lint_files_parallel
 
     if stdin_text is not None:
         from fsdplint.relocate import relocate
@@ -195,18 +195,7 @@ def _run_files(files: list[str], settings, jobs: int, stdin_text: Optional[str],
         return relocate([lint_file(stdin_filename or "-", settings, text=stdin_text)])
     if jobs <= 1 or len(files) < 2:
         return lint_files(files, settings)
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    try:
-        mp = multiprocessing.get_context("fork")
-    except ValueError:  # platforms without fork
-        mp = multiprocessing.get_context()
-    chunk = max(1, len(files) // (jobs * 8))
-    from fsdplint.relocate import relocate
-
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp) as pool:
-        return relocate(list(pool.map(lint_file, files, [settings] * len(files), chunksize=chunk)))
+    return lint_files_parallel(files, settings, jobs)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -42,6 +42,26 @@ class Report:
         self.related = tuple(related)
 
 
+_DEFINITIONS: dict = {}
+
+
+def _definitions(source: str, use_installed: bool, finder, path):
+    """The script's argument definitions, read once per file's lint: the lints under each launch and argument
+    set (fsdplint/runs.py) read the same text (binding them to values leaves them as they are)."""
+    from fsdplint.launch import arguments
+
+    key = (source, use_installed, path, getattr(finder, "__self__", finder))
+    if key not in _DEFINITIONS:
+        _DEFINITIONS.clear()
+        _DEFINITIONS[key] = arguments.parse_definitions(source, use_installed, finder, path)
+    return _DEFINITIONS[key]
+
+
+def forget_definitions() -> None:
+    """A new file's lint: the definitions read from other modules may have changed since."""
+    _DEFINITIONS.clear()
+
+
 class LintContext:
     def __init__(
         self,
@@ -94,8 +114,8 @@ class LintContext:
 
             try:
                 finder = self.project.find_module if self.project is not None and self.path is not None else None
-                defs = arguments.parse_definitions(self.source, self._use_installed, finder,
-                                                   self.path.resolve() if finder is not None else None)
+                defs = _definitions(self.source, self._use_installed, finder,
+                                    self.path.resolve() if finder is not None else None)
                 if defs is not None:
                     dirs = base_dirs(run, self.path)
                     env = arguments.bind(defs, launch, dirs, run.free if run is not None else frozenset())

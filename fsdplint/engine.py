@@ -21,6 +21,7 @@ from fsdplint import findings_cache
 from fsdplint.findings import Applicability, Finding, Position, Related, Severity
 from fsdplint.fixes import apply_edits, to_fix
 from fsdplint.noqa import NoqaMap
+from fsdplint.parsing import parse_module
 from fsdplint.registry import all_rules, rules_by_code
 from fsdplint.relocate import CAUSE, OWN_MESSAGE, relocate
 from fsdplint.launch.runs import branch_notes
@@ -150,8 +151,10 @@ def lint_text(
     settings: Settings,
     path: Optional[Path] = None,
     fcfg: Optional[FileConfig] = None,
+    module: Optional[cst.Module] = None,
 ) -> list[Finding]:
-    """Findings for `text` (after noqa), each with its fix, if any."""
+    """Findings for `text` (after noqa), each with its fix, if any. `module`: the parse of `text`, when the
+    caller has it (the re-lints under each launch and argument set take the first lint's parse)."""
     fcfg = fcfg or FileConfig(settings, path)
     codes = fcfg.codes
     noqa = NoqaMap(text)
@@ -173,7 +176,10 @@ def lint_text(
             return [bad] if report else []
     parsed = project.parsed(path, text) if project is not None else None
     try:
-        module = parsed.module if parsed is not None else cst.parse_module(text)
+        if module is None:
+            module = parsed.module if parsed is not None else parse_module(text, path)
+        elif parsed is not None and parsed.module is not module:
+            parsed = None  # its collector belongs to another tree of the same text
     except cst.ParserSyntaxError as e:
         if not report:
             return []
@@ -193,7 +199,7 @@ def lint_text(
 
         def under(run, probe=None):
             opts = {**settings.options, "run": run, "switch_probe": probe}
-            return lint_text(text, filename, replace(settings, options=opts), path, fcfg)
+            return lint_text(text, filename, replace(settings, options=opts), path, fcfg, module)
 
         runs = runs_for(path, filename, settings.options)
         if runs:  # one lint per launch (and one under the script's defaults, to tell what a launch changes)
@@ -609,7 +615,7 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
     is then parsed whole once, ahead of its own turn, and its own lint reuses that parse (see
     `analysis/index.py`); linted first, its parse would be gone from the bounded tables by the time a far
     caller reaches it, and the part that caller needs parsed again."""
-    findings_cache.new_run()
+    _new_run()
     if not settings.project or len(files) < 2:
         return relocate([lint_file(f, settings) for f in files])
     from fsdplint.analysis.index import expect
@@ -625,9 +631,124 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
     return relocate([out[i] for i in range(len(files))])
 
 
-def _importers_first(files: list[str], settings: Settings) -> list[int]:
+def lint_files_parallel(files: list[str], settings: Settings, jobs: int) -> list[FileResult]:
+    """`lint_files` in `jobs` worker processes, results in the order given. Each worker takes runs of files
+    that follow one another in the importers-first order, so that a module reached by a file of its run is
+    parsed once there and its own lint reuses the parse, as in one process; spread file by file over the
+    workers, a reached module would be parsed in part by each worker that reaches it, then whole for its
+    own lint. A few runs per worker keep the workers busy alike."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from fsdplint.relocate import relocate
+
+    edges = _import_edges(files, settings) if settings.project else {}
+    order = _importers_first(files, settings, edges) if settings.project else list(range(len(files)))
+    pieces = _cut(order, [_size(files[i]) for i in order], edges, jobs)
+    try:
+        mp = multiprocessing.get_context("fork")
+    except ValueError:  # platforms without fork
+        mp = multiprocessing.get_context()
+    out: dict[int, FileResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp) as pool:
+        for piece, results in zip(pieces, pool.map(_lint_run, [[files[i] for i in p] for p in pieces],
+                                                   [settings] * len(pieces), chunksize=1)):
+            out.update(zip(piece, results))
+    return relocate([out[i] for i in range(len(files))])
+
+
+def _lint_run(files: list[str], settings: Settings) -> list[FileResult]:
+    """One worker's run of files, in the order given (already importers first), the rest as `lint_files`."""
+    _new_run()
+    if not settings.project or len(files) < 2:
+        return [lint_file(f, settings) for f in files]
+    from fsdplint.analysis.index import expect
+
+    expect(files)
+    try:
+        return [lint_file(f, settings) for f in files]
+    finally:
+        expect(())
+
+
+def _size(filename: str) -> int:
+    try:
+        return Path(filename).stat().st_size
+    except OSError:
+        return 0
+
+
+def _cut(order: list[int], sizes: list[int], edges: dict[int, list[int]], n: int) -> list[list[int]]:
+    """`order` cut into at most `n` runs of consecutive files of about equal total size, each cut where the
+    fewest imports cross it (within a quarter of a run's size of the even cut): the modules a file imports
+    then mostly sit in its own run, and are parsed once there."""
+    if n <= 1 or len(order) <= 1:
+        return [order]
+    pos = {item: k for k, item in enumerate(order)}
+    # crossing[k]: imports from a file before position k to one at k or after (prefix sums of +1/-1).
+    delta = [0] * (len(order) + 1)
+    for i, targets in edges.items():
+        for j in targets:
+            a, b = sorted((pos[i], pos[j]))
+            if a < b:
+                delta[a + 1] += 1
+                delta[b + 1] -= 1
+    crossing, run = [], 0
+    for d in delta:
+        run += d
+        crossing.append(run)
+    total = sum(sizes) or 1
+    before = [0]
+    for size in sizes:
+        before.append(before[-1] + size)  # before[k]: total size of order[:k]
+    cuts, last = [], 0
+    for m in range(1, n):
+        ideal, slack = total * m / n, total / n / 4
+        window = [k for k in range(last + 1, len(order)) if abs(before[k] - ideal) <= slack]
+        if not window:
+            window = [min(range(last + 1, len(order)), key=lambda k: abs(before[k] - ideal), default=None)]
+            if window[0] is None:
+                break
+        k = min(window, key=lambda k: (crossing[k], abs(before[k] - ideal)))
+        cuts.append(k)
+        last = k
+    bounds = [0, *cuts, len(order)]
+    return [order[a:b] for a, b in zip(bounds, bounds[1:]) if a < b]
+
+
+def _new_run() -> None:
+    """What one run found of the file system (dependencies' stamps, where launches run) is looked at again."""
+    from fsdplint.launch import shell as launchers
+
+    findings_cache.new_run()
+    launchers.new_run()
+
+
+def _importers_first(files: list[str], settings: Settings, edges: Optional[dict] = None) -> list[int]:
     """Indices of `files`, each file before the files of the run it imports (a reversed depth-first
     post-order of the import graph read off the texts' import lines; cycles broken where met)."""
+    edges = _import_edges(files, settings) if edges is None else edges
+    post: list[int] = []
+    seen: set[int] = set()
+    for start in range(len(files)):
+        if start in seen:
+            continue
+        seen.add(start)
+        stack = [(start, iter(edges.get(start, ())))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next((j for j in it if j not in seen), None)
+            if nxt is None:
+                stack.pop()
+                post.append(node)
+            else:
+                seen.add(nxt)
+                stack.append((nxt, iter(edges.get(nxt, ()))))
+    return post[::-1]
+
+
+def _import_edges(files: list[str], settings: Settings) -> dict[int, list[int]]:
+    """Index of a file -> indices of the files of the run it imports (read off its import lines)."""
     from fsdplint.analysis.index import quick_imports
 
     index: dict[Path, int] = {}
@@ -655,28 +776,14 @@ def _importers_first(files: list[str], settings: Settings) -> list[int]:
         except (OSError, RecursionError, ValueError):
             pass
         edges[i] = targets
-    post: list[int] = []
-    seen: set[int] = set()
-    for start in range(len(files)):
-        if start in seen:
-            continue
-        seen.add(start)
-        stack = [(start, iter(edges.get(start, ())))]
-        while stack:
-            node, it = stack[-1]
-            nxt = next((j for j in it if j not in seen), None)
-            if nxt is None:
-                stack.pop()
-                post.append(node)
-            else:
-                seen.add(nxt)
-                stack.append((nxt, iter(edges.get(nxt, ()))))
-    return post[::-1]
+    return edges
 
 
 def lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
     """Lint (and with `settings.fix`, fix in memory) one file. `text` is given for stdin."""
     _tune_gc()
+    if text is not None:
+        _new_run()  # stdin, an editor's buffer: a run of its own
     try:
         cache = _findings_cache(filename, settings) if text is None else None
         if cache is None:
@@ -725,6 +832,9 @@ def _cached_lint(cache, filename: str, settings: Settings) -> FileResult:
 
 
 def _lint_file(filename: str, settings: Settings, text: Optional[str] = None) -> FileResult:
+    from fsdplint.context import forget_definitions
+
+    forget_definitions()
     path = Path(filename) if text is None else (Path(filename) if filename != "-" else None)
     src: Optional[SourceFile] = None
     try:

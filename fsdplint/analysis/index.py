@@ -30,6 +30,7 @@ from fsdplint.apis import QUALIFIED, SUMMARY_CALLS, SUMMARY_WORDS, TRIGGER_WORDS
 from fsdplint.findings import Related
 from fsdplint.module_exports import dotted_name as _dotted
 from fsdplint.module_exports import dunder_all  # noqa: F401  (re-exported)
+from fsdplint.parsing import parse_module
 from fsdplint.roots import ROOT_MARKERS, find_root, linted_root  # noqa: F401  (re-exported)
 
 # Top-level packages that are libraries whatever the project holds (their behaviour is data in apis.py).
@@ -610,7 +611,7 @@ class Project:
 
         source = self._blank_except(path, text, keep) if keep is not None else text
         try:
-            module = cst.parse_module(source)
+            module = parse_module(source, path, part=keep is not None)
             fm = ForeignModule(path, source, module, collect(module))
         except Exception:  # a module that does not parse stays unknown
             fm = None
@@ -624,7 +625,7 @@ class Project:
         from fsdplint.collect import collect
 
         try:
-            module = cst.parse_module(text)
+            module = parse_module(text, path)
         except Exception:  # not parsed ahead again: the partial parse below decides what is known of it
             _UPCOMING.discard(path)
             return None

@@ -158,8 +158,30 @@ class ScriptAnalysis(Values, Paths, Builder):
         out = frozenset() if self.launch_fsdp_version is None or not launch else frozenset({self.launch_fsdp_version})
         test_only, own = self._test_fsdp
         if call is None or id(call) not in test_only:
-            return out | frozenset(_fsdp_version(c) for c in self.calls("FSDP1", "fully_shard") if id(c) not in test_only)
-        return out | frozenset(v for ids, versions in own if id(call) in ids for v in versions)
+            return out | self._fsdp_outside_tests(test_only)
+        return out | self._fsdp_of_tests(own).get(id(call), frozenset())
+
+    def _fsdp_outside_tests(self, test_only: set[int]) -> frozenset:
+        """The FSDP versions of the calls outside tests; kept until calls of other modules are added (rules
+        ask per call site, and a scan of the file's FSDP calls each time is quadratic)."""
+        n = len(self.all_calls)
+        got = self.__dict__.get("_fsdp_outside")
+        if got is None or got[0] != n or got[1] is not test_only:
+            versions = frozenset(_fsdp_version(c) for c in self.calls("FSDP1", "fully_shard") if id(c) not in test_only)
+            got = self.__dict__["_fsdp_outside"] = (n, test_only, versions)
+        return got[2]
+
+    def _fsdp_of_tests(self, own: list) -> dict[int, frozenset]:
+        """Id of a call inside tests -> the FSDP versions of the tests it runs in."""
+        got = self.__dict__.get("_fsdp_in_tests")
+        if got is None or got[0] is not own:
+            by_call: dict[int, frozenset] = {}
+            for ids, versions in own:
+                if versions:
+                    for i in ids:
+                        by_call[i] = by_call.get(i, frozenset()) | versions
+            got = self.__dict__["_fsdp_in_tests"] = (own, by_call)
+        return got[1]
 
     def fsdp1_at(self, call: Optional[Call]) -> bool:
         """FSDP1 reaches the code at `call`: an FSDP1 call, or an FSDP launch that is not FSDP2."""

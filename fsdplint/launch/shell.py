@@ -1037,7 +1037,25 @@ def runs_script(launch: Launch, script: Path, root: Optional[Path] = None) -> bo
         target = script.resolve()
     except OSError:
         return False
-    return target in launched_files(launch, Path(root).resolve())
+    return target in _launched(launch, Path(root).resolve())
+
+
+_LAUNCHED: dict[tuple, tuple] = {}
+
+
+def _launched(launch: Launch, root: Path) -> frozenset:
+    """`launched_files`, once per launch and run: every script of the project asks about every launch that
+    names its stem (in docs, hundreds), and each answer costs path resolutions and stats."""
+    key = (id(launch), root)
+    hit = _LAUNCHED.get(key)
+    if hit is None or hit[0] is not launch:  # (the launch is kept in the value: its id is not reused)
+        hit = _LAUNCHED[key] = (launch, frozenset(launched_files(launch, root)))
+    return hit[1]
+
+
+def new_run() -> None:
+    """A new run of the linter: scripts may have appeared or moved since the last one looked."""
+    _LAUNCHED.clear()
 
 
 def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
@@ -1054,6 +1072,10 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
     if lr is not None and lr != root:
         root, depth = lr, 4
     needle = script.stem if script.name != "__main__.py" else script.parent.name
+    try:  # (once here, not per launch asked about)
+        target, resolved_root = script.resolve(), root.resolve()
+    except (OSError, RuntimeError):
+        return []
     out = []
     # Outside a project (no pyproject.toml/setup.py/.git above, not under the linted directory): the script's
     # own directory only.
@@ -1078,7 +1100,8 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
         if display.startswith(".." + os.sep + ".."):
             display = str(sh)
         for launch in read_launches(sh, display):
-            if launch.is_fsdp_capable and runs_script(launch, script, root):
+            if launch.is_fsdp_capable and (target in _launched(launch, resolved_root) if launch.path
+                                           else runs_script(launch, script, root)):
                 out.append(launch)
     return out
 
