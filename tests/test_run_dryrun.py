@@ -55,7 +55,7 @@ def test_clean_fsdp2_lora_job_reaches_its_training_forward(workdir):
     p = _run(workdir, "--world-size", "16", "--nnodes", "2", "--", "python", "fsdp2_lora_clean.py", fmt="concise")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "simulated ranks 0, 15" in p.stdout
-    assert p.stdout.count("stopped at its first training forward") == 2
+    assert p.stdout.count("reached the first optimizer step in") == 2
     assert "per-rank memory" in p.stdout and "All checks passed" in p.stdout
     assert "HF_HUB_OFFLINE=1" in p.stdout  # nothing downloaded, and said so
 
@@ -77,7 +77,7 @@ def test_sft_trainer_job_reaches_its_training_forward(workdir):
     pytest.importorskip("trl")
     p = _run(workdir, "--", "torchrun", "--nproc_per_node", "8", "sft_trainer.py", "tiny", fmt="concise")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("stopped at its first training forward (model wrapped, optimizer built)") == 2
+    assert p.stdout.count("reached the first optimizer step in") == 2
     assert "All checks passed" in p.stdout
 
 
@@ -86,9 +86,9 @@ def test_accelerate_launch_with_fsdp_config_wraps_with_fsdp2(workdir):
              "accelerate_lora.py", "tiny", "data.jsonl", fmt="concise")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "simulated ranks 0, 7" in p.stdout  # num_processes: 8 in the YAML
-    assert p.stdout.count("(optimizer, wrap, forward;") == 2  # accelerate's prepare did the wrap
-    # fsdp_cpu_ram_efficient_loading: rank 0 would broadcast its weights; there are none, and it says so
-    assert "rank 0's broadcast of the full state dict was skipped" in p.stdout
+    assert p.stdout.count("(optimizer, wrap, forward, step;") == 2  # accelerate's prepare did the wrap
+    # fsdp_cpu_ram_efficient_loading: rank 0 broadcasts the twin's weights under the fake group, and it says so
+    assert "rank 0's broadcast of the full state dict ran under the fake process group" in p.stdout
 
 
 def test_missing_script_is_one_line_error(workdir):

@@ -23,7 +23,7 @@ def main(spec_path: str) -> int:
     result = {"rank": spec["rank"], "point": "start", "findings": [], "memory": None, "notes": [],
               "exception": None}
     try:
-        _run(spec, result)
+        _run(spec, result, started)
     finally:
         result["seconds"] = round(time.perf_counter() - started, 2)
         with open(spec["result"], "w") as f:
@@ -31,7 +31,7 @@ def main(spec_path: str) -> int:
     return 0
 
 
-def _run(spec: dict, result: dict) -> None:
+def _run(spec: dict, result: dict, started: float) -> None:
     import logging
     import warnings
 
@@ -49,7 +49,7 @@ def _run(spec: dict, result: dict) -> None:
 
     world.import_stack()
     world.install(spec["world_size"], spec["rank"], spec["local_world_size"], spec["gpu_memory"])
-    models.install()
+    models.install(spec["world_size"])
     wraps.install()
     sentinel.install()
 
@@ -60,7 +60,9 @@ def _run(spec: dict, result: dict) -> None:
 
         try:
             result["findings"] = live.checks(model, optimizer)
-            result["memory"] = live.memory(model, optimizer)
+            if point == "step":
+                result["findings"] += live.step_checks(model, optimizer, live.checkpointing(model))
+            result["settings"] = live.settings(model, optimizer, sentinel.PROGRESS.batch, spec["world_size"])
         except Exception as e:  # the dry run's own failure: reported, not the job's
             result["notes"].append(f"the runtime checks could not inspect the model: {errors.one_line(e)}")
 
@@ -88,6 +90,11 @@ def _run(spec: dict, result: dict) -> None:
     except sentinel.ReachedStop as stop:
         result["point"] = stop.point
         result["stop_frame"] = errors.user_frame(stop.__traceback__, spec.get("user_root") or cwd)
+        result["stopped_after"] = round(time.perf_counter() - started, 2)
+        try:
+            _full_size(spec, result)
+        except Exception as e:  # noqa: BLE001 - the dry run's own limit, not the job's
+            result["notes"].append(f"no memory table: the audit of the real config failed ({errors.one_line(e)})")
     except SystemExit as e:
         result["point"] = "exit"
         if e.code not in (None, 0):
@@ -99,6 +106,26 @@ def _run(spec: dict, result: dict) -> None:
     result["reached"] = list(sentinel.PROGRESS.points)
     result["notes"].extend(models.NOTES)
     result["notes"].extend(sorted(sentinel.PROGRESS.notes))
+
+
+def _full_size(spec: dict, result: dict) -> None:
+    """The memory table of the real config (see fullsize), for this rank and the fullest one."""
+    from fsdplint.run import fullsize, models
+
+    settings = result.get("settings")
+    if not settings or not models.REAL:
+        return
+    wrapped_classes = set(settings.get("classes") or ())
+    real = next((r for r in models.REAL if r["cls"] in wrapped_classes), models.REAL[0])
+    out = fullsize.audit({"real": real, "settings": settings}, spec["gpu_memory"])
+    if "error" in out:
+        result["notes"].append(f"no memory table: the audit of the real config failed ({out['error']})")
+        return
+    rank = spec["rank"]
+    result["memory"] = {"total": out["per_rank"][rank] if rank < len(out["per_rank"]) else None,
+                        "fullest_rank": out["rank"], "fullest_total": max(out["per_rank"], default=0),
+                        "lines": out["lines"], "seconds": out["seconds"], "source": real["name"]}
+    result["full_size_findings"] = list(zip(out["codes"], out["findings"]))
 
 
 if __name__ == "__main__":
