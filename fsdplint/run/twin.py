@@ -9,9 +9,10 @@ values, so the job's forward, backward and first optimizer step run for real thr
 
 What is kept whole, and why:
 - the vocabulary: the job's real tokenizer produces ids up to the real vocab size;
-- every dim-0 size of the twin is at least the world size, so each rank holds a shard of each
-  parameter as it does at the real size (a dim smaller than the world would leave ranks empty that are
-  not empty on the cluster);
+- every dim-0 size of the twin is at least min(its real size, the world size), so each rank holds
+  rows of each parameter wherever it does at the real size (a smaller dim would leave ranks empty
+  that are not empty on the cluster): head_dim grows with the world up to its real value, then
+  kv heads (up to the real count);
 - everything not listed in `_shrink_one` (rope settings, norms, dropout, special token ids ...).
 
 Memory figures never come from the twin: they come from the real config (see `fullsize`).
@@ -52,13 +53,17 @@ def _shrink_one(cfg: Any, world_size: int) -> None:
     if not isinstance(heads, int) or not isinstance(hidden, int) or heads < 1:
         return
     kv = getattr(cfg, "num_key_value_heads", None) or heads
-    twin_heads = min(heads, TWIN_HEADS)
-    # Keep grouped-query attention grouped: as many kv heads as the real ratio allows.
-    ratio = max(heads // kv, 1) if heads % kv == 0 else heads
-    twin_kv = max(twin_heads // ratio, 1)
+    real_head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    # Keep grouped-query attention grouped (more query heads than kv heads when the real model has
+    # them), at no more heads than that needs.
+    ratio = min(max(heads // kv, 1), TWIN_HEADS) if heads % kv == 0 else 1
+    # dim 0 of q/k/v and of per-head norms is a multiple of head_dim: wide enough that every rank
+    # holds rows of it whenever it does at the real size.
+    head_dim = max(16, min(real_head_dim, _ceil_to(world_size, 8)))
+    twin_kv = min(kv, max(TWIN_HEADS // ratio, 1, -(-world_size // head_dim)))
+    twin_heads = min(heads, max(TWIN_HEADS, twin_kv * ratio))
     while twin_heads % twin_kv:
         twin_kv -= 1
-    head_dim = max(16, _ceil_to(-(-world_size // twin_heads), 8))
     twin_hidden = twin_heads * head_dim
     cfg.num_attention_heads = twin_heads
     if hasattr(cfg, "num_key_value_heads"):
@@ -78,13 +83,16 @@ def _shrink_one(cfg: Any, world_size: int) -> None:
                 setattr(cfg, name, v[:TWIN_LAYERS])
         if isinstance(getattr(cfg, "first_k_dense_replace", None), int):
             cfg.first_k_dense_replace = min(cfg.first_k_dense_replace, 1)
+    experts = None
     for name in _EXPERTS:
         n = getattr(cfg, name, None)
-        if isinstance(n, int) and n > 4:
-            setattr(cfg, name, 4)
+        if isinstance(n, int) and n > 0:
+            # Fused expert weights have the expert count as dim 0: as many as the world needs.
+            experts = min(n, max(4, world_size))
+            setattr(cfg, name, experts)
     top = getattr(cfg, "num_experts_per_tok", None)
-    if isinstance(top, int):
-        cfg.num_experts_per_tok = min(top, 2)
+    if isinstance(top, int) and experts:
+        cfg.num_experts_per_tok = min(top, experts)
 
 
 def build(cls, config, dtype, quant):
