@@ -109,23 +109,19 @@ def _run(spec: dict, result: dict, started: float) -> None:
 
 
 def _full_size(spec: dict, result: dict) -> None:
-    """The memory table of the real config (see fullsize), for this rank and the fullest one."""
+    """What the memory table of the real config is computed from (see fullsize); the first simulated
+    rank also computes it, while the others train, and the parent reuses it for every rank that
+    reports the same settings."""
     from fsdplint.run import fullsize, models
 
     settings = result.get("settings")
     if not settings or not models.REAL:
         return
-    wrapped_classes = set(settings.get("classes") or ())
+    wrapped_classes = set(settings.pop("classes", None) or ())
     real = next((r for r in models.REAL if r["cls"] in wrapped_classes), models.REAL[0])
-    out = fullsize.audit({"real": real, "settings": settings}, spec["gpu_memory"])
-    if "error" in out:
-        result["notes"].append(f"no memory table: the audit of the real config failed ({out['error']})")
-        return
-    rank = spec["rank"]
-    result["memory"] = {"total": out["per_rank"][rank] if rank < len(out["per_rank"]) else None,
-                        "fullest_rank": out["rank"], "fullest_total": max(out["per_rank"], default=0),
-                        "lines": out["lines"], "seconds": out["seconds"], "source": real["name"]}
-    result["full_size_findings"] = list(zip(out["codes"], out["findings"]))
+    result["full_size_input"] = {"real": real, "settings": settings}
+    if spec.get("audit"):
+        fullsize.attach(result, fullsize.audit(result["full_size_input"], spec["gpu_memory"]), spec["rank"])
 
 
 if __name__ == "__main__":

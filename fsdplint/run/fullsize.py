@@ -58,3 +58,33 @@ def audit(record: dict, gpu_memory: int) -> dict:
 
 def key(record: Optional[dict]) -> Optional[str]:
     return None if not record else json.dumps(record, sort_keys=True, default=str)
+
+
+def attach(result: dict, out: dict, rank: int) -> None:
+    """Put an audit's figures for `rank` into a rank's result."""
+    result["full_size"] = out
+    if "error" in out:
+        result["notes"].append(f"no memory table: the audit of the real config failed ({out['error']})")
+        return
+    per_rank = out["per_rank"]
+    result["memory"] = {"total": per_rank[rank] if rank < len(per_rank) else None, "fullest_rank": out["rank"],
+                        "fullest_total": max(per_rank, default=0), "lines": out["lines"],
+                        "seconds": out["seconds"], "source": result["full_size_input"]["real"]["name"]}
+    result["full_size_findings"] = list(zip(out["codes"], out["findings"]))
+
+
+def complete(ranks: list, gpu_memory: int) -> None:
+    """Every rank's memory from one audit per distinct set of live settings: the first rank's own,
+    else one run here."""
+    done: dict = {}
+    for r in ranks:
+        k = key(r.data.get("full_size_input"))
+        if k and "full_size" in r.data:
+            done[k] = r.data["full_size"]
+    for r in ranks:
+        k = key(r.data.get("full_size_input"))
+        if not k or "full_size" in r.data:
+            continue
+        if k not in done:
+            done[k] = audit(r.data["full_size_input"], gpu_memory)
+        attach(r.data, done[k], r.rank)
