@@ -31,12 +31,12 @@ def install() -> None:
         kwargs["device_id"] = torch.device("cpu")
         fake = any(getattr(p, "_fsdplint_meta_model", False) for p in module.parameters())
         if kwargs.get("sync_module_states"):
-            # Under the fake group the broadcast moves no data: rank N-1 keeps its own values, which
-            # is what matters here (its code path, not its numbers); said so in the report.
-            sentinel.PROGRESS.notes.add("sync_module_states=True: the broadcast from rank 0 ran under the fake "
-                                        "process group (no data moved)")
-            if fake:  # FSDP1 refuses the fake-tensor copy for the broadcast
-                kwargs["sync_module_states"] = False
+            # FSDP1 refuses CPU modules for this broadcast ("requires them to be on GPU"), and under the
+            # fake group it would move no data: skipped, and said so. Each rank keeps its own values;
+            # its code path (what it built, how it was wrapped) is what the run checks.
+            kwargs["sync_module_states"] = False
+            sentinel.PROGRESS.notes.add("sync_module_states=True: the broadcast from rank 0 was skipped "
+                                        "(FSDP1 broadcasts only GPU modules; no data to send in the dry run)")
         if fake:  # a param_init_fn (accelerate sets one) is then not needed: nothing is left on meta
             # What a real job hands FSDP1 is a loaded CPU model: fake CPU tensors stand for it.
             with FakeTensorMode(allow_non_fake_inputs=True):
