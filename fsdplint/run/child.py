@@ -87,6 +87,7 @@ def _run(spec: dict, result: dict, started: float) -> None:
                 target = getattr(target, part)
             target()
         result["point"] = "end"
+        _at_end(spec, result, cwd, started)
     except sentinel.ReachedStop as stop:
         result["point"] = stop.point
         result["stop_frame"] = errors.user_frame(stop.__traceback__, spec.get("user_root") or cwd)
@@ -97,6 +98,7 @@ def _run(spec: dict, result: dict, started: float) -> None:
             result["notes"].append(f"no memory table: the audit of the real config failed ({errors.one_line(e)})")
     except SystemExit as e:
         result["point"] = "exit"
+        _at_end(spec, result, cwd, started)
         if e.code not in (None, 0):
             result["exception"] = {"text": f"SystemExit: {e.code}", "code": errors.JOB_RAISED, "frame": None}
     except BaseException as e:  # noqa: BLE001 - every failure of the job is the report
@@ -106,6 +108,25 @@ def _run(spec: dict, result: dict, started: float) -> None:
     result["reached"] = list(sentinel.PROGRESS.points)
     result["notes"].extend(models.NOTES)
     result["notes"].extend(sorted(sentinel.PROGRESS.notes))
+
+
+def _at_end(spec: dict, result: dict, cwd: str, started: float) -> None:
+    """A job that wrapped a model but ended without an optimizer step (a forward-only script, a
+    `max_steps=0` run): the checks run on what it left, reported at its first training forward."""
+    from fsdplint.run import errors, sentinel
+
+    model = sentinel.PROGRESS.wrapped_model()
+    if model is None or sentinel.PROGRESS.on_stop is None:
+        return
+    sentinel.PROGRESS.on_stop("end", model, sentinel.PROGRESS.optimizer())
+    frame = errors.deepest_user_frame(sentinel.PROGRESS.forward_stack, spec.get("user_root") or cwd)
+    if frame:
+        result["stop_frame"] = frame
+    result["stopped_after"] = round(time.perf_counter() - started, 2)
+    try:
+        _full_size(spec, result)
+    except Exception as e:  # noqa: BLE001 - the dry run's own limit, not the job's
+        result["notes"].append(f"no memory table: the audit of the real config failed ({errors.one_line(e)})")
 
 
 def _full_size(spec: dict, result: dict) -> None:

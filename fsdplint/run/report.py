@@ -98,7 +98,8 @@ def write_summary(result: RunResult, out: TextIO) -> None:
         how = {"step": f"reached the first optimizer step in {after:.1f}s (forward and backward ran)"
                        if after is not None else "reached the first optimizer step",
                "forward": "stopped at its first training forward (model on meta: forward and backward not run)",
-               "end": "ran to its end without a training step", "exit": "exited",
+               "end": "ran to its end without an optimizer step (the checks ran on the model it left)",
+               "exit": "exited",
                "start": "did not reach a wrap"}.get(stop, stop)
         if d.get("exception"):
             how = f"raised {'after reaching ' + reached[-1] if reached else 'before any wrap'}"

@@ -37,6 +37,7 @@ class Progress:
         self.on_stop = None  # callback(point, model, optimizer) -> None, run before ReachedStop
         self.batch: tuple = ()  # (micro-batch, sequence length) of the first training forward
         self.first_forward_seen = False
+        self.forward_stack: list = []  # traceback.FrameSummary of the first training forward
 
     def reach(self, point: str) -> None:
         if point not in self.points:
@@ -95,6 +96,11 @@ def install() -> None:
             PROGRESS.batch = shape if len(shape) == 2 else (1, shape[-1]) if shape else ()
             PROGRESS.first_forward_seen = True
             PROGRESS.reach("forward")
+            # Where the job called its first training forward: the line a job that never steps is
+            # reported at (read once, so the cost is one stack walk).
+            import traceback
+
+            PROGRESS.forward_stack = traceback.extract_stack()
         if any(getattr(p, "_fsdplint_meta_model", False) for p in module.parameters(recurse=False)) \
                 or _meta_root(module):
             _stop("forward", module, PROGRESS.optimizer())
