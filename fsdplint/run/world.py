@@ -98,26 +98,6 @@ def _cuda(torch, count: int, local_rank: int, memory: int) -> None:
                 setattr(acc, name, fn)
     _tensor_moves(torch)
     _factories(torch)
-    _autocast(torch)
-
-
-def _autocast(torch) -> None:
-    """`torch.autocast("cuda", dtype=torch.bfloat16)` (accelerate's and Trainer's mixed precision):
-    the twin computes on the CPU, so the same region autocasts there; CUDA autocast would leave the
-    CPU ops uncast and fail on dtypes a GPU run never sees."""
-    base = torch.autocast
-
-    class autocast(base):
-        def __init__(self, device_type="cuda", *args, **kwargs):
-            super().__init__("cpu" if str(device_type).startswith("cuda") else device_type, *args, **kwargs)
-
-    torch.autocast = autocast
-    torch.amp.autocast = autocast
-    import torch.amp.autocast_mode as mode
-
-    mode.autocast = autocast
-    if hasattr(torch.cuda, "amp") and hasattr(torch.cuda.amp, "autocast"):
-        torch.cuda.amp.autocast = lambda *a, **k: autocast("cuda", *a, **k)
 
 
 def _factories(torch) -> None:
