@@ -55,7 +55,7 @@ def test_clean_fsdp2_lora_job_reaches_its_training_forward(workdir):
     p = _run(workdir, "--world-size", "16", "--nnodes", "2", "--", "python", "fsdp2_lora_clean.py", fmt="concise")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "simulated ranks 0, 15" in p.stdout
-    assert p.stdout.count("stopped at its first training forward") == 2
+    assert p.stdout.count("reached the first optimizer step in") == 2
     assert "per-rank memory" in p.stdout and "All checks passed" in p.stdout
     assert "HF_HUB_OFFLINE=1" in p.stdout  # nothing downloaded, and said so
 
@@ -77,7 +77,7 @@ def test_sft_trainer_job_reaches_its_training_forward(workdir):
     pytest.importorskip("trl")
     p = _run(workdir, "--", "torchrun", "--nproc_per_node", "8", "sft_trainer.py", "tiny", fmt="concise")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("stopped at its first training forward (model wrapped, optimizer built)") == 2
+    assert p.stdout.count("reached the first optimizer step in") == 2
     assert "All checks passed" in p.stdout
 
 
@@ -86,9 +86,9 @@ def test_accelerate_launch_with_fsdp_config_wraps_with_fsdp2(workdir):
              "accelerate_lora.py", "tiny", "data.jsonl", fmt="concise")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "simulated ranks 0, 7" in p.stdout  # num_processes: 8 in the YAML
-    assert p.stdout.count("(optimizer, wrap, forward;") == 2  # accelerate's prepare did the wrap
-    # fsdp_cpu_ram_efficient_loading: rank 0 would broadcast its weights; there are none, and it says so
-    assert "rank 0's broadcast of the full state dict was skipped" in p.stdout
+    assert p.stdout.count("(optimizer, wrap, forward, step;") == 2  # accelerate's prepare did the wrap
+    # fsdp_cpu_ram_efficient_loading: rank 0 broadcasts the twin's weights under the fake group, and it says so
+    assert "rank 0's broadcast of the full state dict ran under the fake process group" in p.stdout
 
 
 def test_missing_script_is_one_line_error(workdir):
@@ -109,8 +109,36 @@ def test_script_alone_runs_the_launch_the_static_side_found(workdir):
     assert p.returncode == 1, p.stdout + p.stderr
     assert "fsdplint run: torchrun --nproc_per_node 2 train.py" in p.stdout  # the launch from launch.sh
     assert "simulated ranks 0, 1" in p.stdout
-    # LoRA injected after fully_shard: found on the live model, reported at the job's first forward
-    assert f"train.py:{_line_of(proj / 'train.py', 'model(input_ids=ids)')}:1: FSDP101" in p.stdout, p.stdout
+    # LoRA injected after fully_shard: found on the live model after its real forward and backward,
+    # reported where the job stopped, its first optimizer step
+    assert f"train.py:{_line_of(proj / 'train.py', 'opt.step()')}:1: FSDP101" in p.stdout, p.stdout
+
+
+def test_backward_error_of_reentrant_checkpointing_is_fsdp105_at_the_backward_line(workdir):
+    # The job's forward and backward run for real on the shrunk twin: torch's reentrant checkpoint
+    # over a frozen base leaves the loss without a grad_fn, and backward() raises what the cluster
+    # would raise, at the user's line.
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "4", "fsdp2_reentrant_frozen.py")
+    assert p.returncode == 1, p.stdout + p.stderr
+    found = json.loads(p.stdout)
+    assert [f["code"] for f in found] == ["FSDP105"], found
+    assert "element 0 of tensors does not require grad" in found[0]["message"]
+    assert "ranks 0, 3 of 4" in found[0]["message"]
+    assert found[0]["location"]["row"] == _line_of(workdir / "fsdp2_reentrant_frozen.py", "loss.backward()")
+
+
+def test_qlora_fsdp2_through_the_trainer_reports_the_4bit_base_as_the_live_model_shows_it(workdir):
+    # SFTTrainer + accelerate's FSDP2 prepare on a real 4-bit (bf16 storage) twin: the run trains to its
+    # first step and reports, as a warning, how FSDP2 holds the 4-bit base; the memory table is the
+    # real config's and includes the 4-bit weights.
+    pytest.importorskip("trl")
+    p = _run(workdir, "--", "accelerate", "launch", "--config_file", "accelerate_fsdp2.yaml", "sft_trainer.py",
+             "tiny", "bfloat16", fmt="concise")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stdout.count("reached the first optimizer step in") == 2, p.stdout
+    assert "FSDP201 [warning]" in p.stdout and "4-bit weight" in p.stdout
+    assert "4-bit quant_state" in p.stdout  # the real config's memory lines
+    assert f"sft_trainer.py:{_line_of(workdir / 'sft_trainer.py', 'trainer.train()')}:1: FSDP201" in p.stdout
 
 
 def test_uncached_hub_tokenizer_and_dataset_get_stand_ins_and_the_report_says_so(workdir):
@@ -126,7 +154,7 @@ def test_uncached_hub_tokenizer_and_dataset_get_stand_ins_and_the_report_says_so
     p = _run(workdir, "--", "torchrun", "--nproc_per_node", "2", "hub_data_standins.py", fmt="concise",
              HF_HUB_CACHE=str(workdir / "hub"))
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("stopped at its first training forward") == 2
+    assert p.stdout.count("reached the first optimizer step in") == 2, p.stdout
     assert ("tokenizer fsdplint-test/tiny-chat not cached: used a stand-in word-level tokenizer of its config's "
             "vocabulary of 128") in p.stdout
     assert ("dataset fsdplint-test/prompt-completion not cached: used a 2048-row stand-in with columns prompt, "

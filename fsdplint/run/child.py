@@ -23,7 +23,7 @@ def main(spec_path: str) -> int:
     result = {"rank": spec["rank"], "point": "start", "findings": [], "memory": None, "notes": [],
               "exception": None}
     try:
-        _run(spec, result)
+        _run(spec, result, started)
     finally:
         result["seconds"] = round(time.perf_counter() - started, 2)
         with open(spec["result"], "w") as f:
@@ -31,7 +31,7 @@ def main(spec_path: str) -> int:
     return 0
 
 
-def _run(spec: dict, result: dict) -> None:
+def _run(spec: dict, result: dict, started: float) -> None:
     import logging
     import warnings
 
@@ -49,7 +49,7 @@ def _run(spec: dict, result: dict) -> None:
 
     world.import_stack()
     world.install(spec["world_size"], spec["rank"], spec["local_world_size"], spec["gpu_memory"])
-    models.install()
+    models.install(spec["world_size"])
     standins.install()  # hub data, tokenizers and kernels this machine cannot load
     wraps.install()
     sentinel.install()
@@ -61,7 +61,9 @@ def _run(spec: dict, result: dict) -> None:
 
         try:
             result["findings"] = live.checks(model, optimizer)
-            result["memory"] = live.memory(model, optimizer)
+            if point == "step":
+                result["findings"] += live.step_checks(model, optimizer, live.checkpointing(model))
+            result["settings"] = live.settings(model, optimizer, sentinel.PROGRESS.batch, spec["world_size"])
         except Exception as e:  # the dry run's own failure: reported, not the job's
             result["notes"].append(f"the runtime checks could not inspect the model: {errors.one_line(e)}")
 
@@ -86,11 +88,18 @@ def _run(spec: dict, result: dict) -> None:
                 target = getattr(target, part)
             target()
         result["point"] = "end"
+        _at_end(spec, result, cwd, started)
     except sentinel.ReachedStop as stop:
         result["point"] = stop.point
         result["stop_frame"] = errors.user_frame(stop.__traceback__, spec.get("user_root") or cwd)
+        result["stopped_after"] = round(time.perf_counter() - started, 2)
+        try:
+            _full_size(spec, result)
+        except Exception as e:  # noqa: BLE001 - the dry run's own limit, not the job's
+            result["notes"].append(f"no memory table: the audit of the real config failed ({errors.one_line(e)})")
     except SystemExit as e:
         result["point"] = "exit"
+        _at_end(spec, result, cwd, started)
         if e.code not in (None, 0):
             result["exception"] = {"text": f"SystemExit: {e.code}", "code": errors.JOB_RAISED, "frame": None}
     except BaseException as e:  # noqa: BLE001 - every failure of the job is the report
@@ -101,6 +110,41 @@ def _run(spec: dict, result: dict) -> None:
     result["notes"].extend(models.NOTES)
     result["notes"].extend(standins.NOTES)
     result["notes"].extend(sorted(sentinel.PROGRESS.notes))
+
+
+def _at_end(spec: dict, result: dict, cwd: str, started: float) -> None:
+    """A job that wrapped a model but ended without an optimizer step (a forward-only script, a
+    `max_steps=0` run): the checks run on what it left, reported at its first training forward."""
+    from fsdplint.run import errors, sentinel
+
+    model = sentinel.PROGRESS.wrapped_model()
+    if model is None or sentinel.PROGRESS.on_stop is None:
+        return
+    sentinel.PROGRESS.on_stop("end", model, sentinel.PROGRESS.optimizer())
+    frame = errors.deepest_user_frame(sentinel.PROGRESS.forward_stack, spec.get("user_root") or cwd)
+    if frame:
+        result["stop_frame"] = frame
+    result["stopped_after"] = round(time.perf_counter() - started, 2)
+    try:
+        _full_size(spec, result)
+    except Exception as e:  # noqa: BLE001 - the dry run's own limit, not the job's
+        result["notes"].append(f"no memory table: the audit of the real config failed ({errors.one_line(e)})")
+
+
+def _full_size(spec: dict, result: dict) -> None:
+    """What the memory table of the real config is computed from (see fullsize); the first simulated
+    rank also computes it, while the others train, and the parent reuses it for every rank that
+    reports the same settings."""
+    from fsdplint.run import fullsize, models
+
+    settings = result.get("settings")
+    if not settings or not models.REAL:
+        return
+    wrapped_classes = set(settings.pop("classes", None) or ())
+    real = next((r for r in models.REAL if r["cls"] in wrapped_classes), models.REAL[0])
+    result["full_size_input"] = {"real": real, "settings": settings}
+    if spec.get("audit"):
+        fullsize.attach(result, fullsize.audit(result["full_size_input"], spec["gpu_memory"]), spec["rank"])
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ import click
 from fsdplint.errors import FsdplintError
 
 HELP = """Run the job's real launch in a dry-run world: a fake process group of N ranks, CUDA calls
-answered as on an N-GPU node, models built from config.json on the meta device (no weights), the
-real transformers / peft / bitsandbytes / accelerate / FSDP code. Stops at the first training forward
-(or optimizer step) and reports, in fsdplint's codes, what the cluster would raise and what the live
-model shows. WARNING: this EXECUTES the job's code (and everything it imports). The hub is offline
+answered as on an N-GPU node, each model a shrunk twin of its config.json (same modules, names, dtypes,
+quantization; small sizes, random values, on the CPU; no weights), the real transformers / peft /
+bitsandbytes / accelerate / FSDP code. The job's forward and backward run; it stops at its first
+optimizer step and reports, in fsdplint's codes, what the cluster would raise and what the live model
+shows, with the per-rank memory of the real config. WARNING: this EXECUTES the job's code (and everything it imports). The hub is offline
 unless HF_HUB_OFFLINE is set in the environment.
 
     fsdplint run --world-size 64 -- torchrun --nproc_per_node 8 train.py --model_dir ./m

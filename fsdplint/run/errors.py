@@ -49,10 +49,15 @@ def _library_dirs() -> tuple:
 
 def user_frame(tb, user_root: str) -> Optional[tuple[str, int, str]]:
     """The deepest frame in the user's files: (path, line, source text)."""
+    return deepest_user_frame(traceback.extract_tb(tb), user_root)
+
+
+def deepest_user_frame(frames, user_root: str) -> Optional[tuple[str, int, str]]:
+    """Of `frames` (traceback.FrameSummary, outermost first), the deepest in the user's files."""
     libs = _library_dirs()
     root = os.path.abspath(user_root) + os.sep
     best = None
-    for fs in traceback.extract_tb(tb):
+    for fs in frames:
         path = os.path.abspath(fs.filename)
         if path.startswith(libs) or fs.filename.startswith("<"):
             continue

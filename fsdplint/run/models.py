@@ -1,4 +1,11 @@
-"""`from_pretrained` in the dry-run world: the model from its config.json on the meta device, no weights.
+"""`from_pretrained` in the dry-run world: the model from its config.json, no weights.
+
+What the job gets is the shrunk twin (`twin`): the same architecture class at reduced sizes, on the
+CPU with random values, quantized for real, so its forward, backward and optimizer step run. The
+real config, dtype and quantization are recorded in REAL: the memory table is computed from them
+(`fullsize`), never from the twin. When the twin cannot be built (an architecture whose config the
+shrink does not fit), the job gets the real-size model on meta, as before, and stops at its first
+forward, said so in the notes.
 
 The config is read by transformers itself (a local directory or the hub cache, as the job names it),
 the architecture class is the one the job asked for, and a `BitsAndBytesConfig` goes through
@@ -10,9 +17,13 @@ real load leaves in it: its packed storage, `(numel/2, 1)` elements of `bnb_4bit
 from __future__ import annotations
 
 NOTES: list[str] = []
+# One entry per from_pretrained call: what the real load would build (for the memory table).
+REAL: list[dict] = []
+WORLD = {"size": 1}
 
 
-def install() -> None:
+def install(world_size: int = 1) -> None:
+    WORLD["size"] = world_size
     from transformers import PreTrainedModel
 
     original = PreTrainedModel.from_pretrained.__func__
@@ -58,14 +69,38 @@ def build(cls, name, original, *args, **kwargs):
             config._attn_implementation = value
         elif hasattr(config, attr) and attr not in ("dtype", "torch_dtype"):
             setattr(config, attr, value)
-    with torch.device("meta"):
-        model = cls._from_config(config, dtype=dtype)
-    if quant is not None and type(quant).__name__ == "BitsAndBytesConfig":
-        _quantize(model, quant, dtype)
+    bnb = quant if quant is not None and type(quant).__name__ == "BitsAndBytesConfig" else None
+    if str(getattr(config, "_attn_implementation", None) or "").startswith("flash"):
+        # flash-attn kernels need a GPU; sdpa computes the same attention on the CPU.
+        config._attn_implementation = "sdpa"
+        NOTES.append("attn_implementation flash_attention_*: the twin computes attention with sdpa on the CPU")
+    from fsdplint.run import twin
+
+    bits = f", {'4' if bnb.load_in_4bit else '8'}-bit via the bitsandbytes quantizer" if bnb is not None else ""
+    REAL.append({"config": config.to_dict(), "cls": cls.__name__, "dtype": str(dtype).replace("torch.", ""),
+                 "quantization": _jsonable(bnb.to_dict()) if bnb is not None else None, "name": str(name)})
+    try:
+        small = twin.shrink(config, WORLD["size"])
+        model = twin.build(cls, small, dtype, bnb)
+        NOTES.append(f"{type(model).__name__} from {name}'s config.json: trained as a shrunk twin on the CPU "
+                     f"({twin.sizes(small)}; random values){bits}; memory figures are the real config's")
+    except Exception as e:  # noqa: BLE001 - the real-size meta model still lets the job reach its wrap
+        with torch.device("meta"):
+            model = cls._from_config(config, dtype=dtype)
+        if bnb is not None:
+            _quantize(model, bnb, dtype)
+        for p in model.parameters():  # the wraps and the stop point tell it from a job's own meta model
+            p._fsdplint_meta_model = True
+        NOTES.append(f"{type(model).__name__} built from {name}'s config.json on meta (no weights){bits}; no "
+                     f"shrunk twin ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}), so the "
+                     f"run stops at the first training forward")
     model.eval()  # from_pretrained returns the model in eval mode
-    NOTES.append(f"{type(model).__name__} built from {name}'s config.json on meta (no weights)"
-                 + (f", {'4' if quant.load_in_4bit else '8'}-bit via the bitsandbytes quantizer" if quant is not None else ""))
     return model
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: (str(v).replace("torch.", "") if type(v).__name__ == "dtype" else v) for k, v in d.items()
+            if isinstance(v, (str, int, float, bool, list, type(None))) or type(v).__name__ == "dtype"}
 
 
 def _quantize(model, quant, dtype) -> None:

@@ -61,12 +61,15 @@ def findings(result: RunResult) -> list[Finding]:
         elif d.get("crashed"):
             tail = r.stderr.strip().splitlines()[-1:] or ["no output"]
             add(make_finding(JOB_RAISED, f"rank {r.rank} died without a result: {tail[0][:300]}"), r.rank)
-        mem = d.get("memory")
-        if mem and mem["total"] > result.gpu_memory:
-            add(make_finding("FSDP017", f"rank {r.rank} holds {_gib(mem['total'])} of parameters, gradients and "
-                                        f"AdamW state before any activation, over the {_gib(result.gpu_memory)} "
-                                        f"of --gpu-memory: shard over more ranks, quantize the base, or offload"),
-                r.rank)
+        for code, message in d.get("full_size_findings") or ():
+            # What the real config shows (memory over budget, ranks without trainable shards): at the
+            # line where the job stopped, as the live findings are.
+            f = make_finding(code, f"at the real size ({(d.get('memory') or {}).get('source', 'the config')}): "
+                                   f"{message}")
+            if where:
+                f.filename, f.start, f.end = _display(where[0]), Position(where[1], 1), Position(where[1], 1)
+                f.source_line = where[2]
+            add(f, r.rank)
     out = []
     for key, f in merged.items():
         rs = ranks[key]
@@ -91,9 +94,12 @@ def write_summary(result: RunResult, out: TextIO) -> None:
         d = r.data
         reached = d.get("reached") or []
         stop = d.get("point")
-        how = {"forward": "stopped at its first training forward (model wrapped, optimizer built)",
-               "step": "stopped at its first optimizer.step()",
-               "end": "ran to its end without a training step", "exit": "exited",
+        after = d.get("stopped_after")
+        how = {"step": f"reached the first optimizer step in {after:.1f}s (forward and backward ran)"
+                       if after is not None else "reached the first optimizer step",
+               "forward": "stopped at its first training forward (model on meta: forward and backward not run)",
+               "end": "ran to its end without an optimizer step (the checks ran on the model it left)",
+               "exit": "exited",
                "start": "did not reach a wrap"}.get(stop, stop)
         if d.get("exception"):
             how = f"raised {'after reaching ' + reached[-1] if reached else 'before any wrap'}"
@@ -101,12 +107,47 @@ def write_summary(result: RunResult, out: TextIO) -> None:
         for n in d.get("notes") or ():
             if n not in notes:
                 notes.append(n)
-    rows = [(r.rank, r.data["memory"]) for r in result.ranks if r.data.get("memory")]
-    if rows:
-        out.write(f"  per-rank memory (before activations; --gpu-memory {_gib(result.gpu_memory)}):\n")
-        out.write(f"    {'rank':>4}  {'params':>12}  {'grads':>12}  {'optimizer':>12}  {'total':>12}\n")
-        for rank, m in rows:
-            out.write(f"    {rank:>4}  {_gib(m['params']):>12}  {_gib(m['grads']):>12}  {_gib(m['optimizer']):>12}  "
-                      f"{_gib(m['total']):>12}\n")
+    differ = ranks_differ(result)
+    if differ:
+        out.write(f"  ranks differ: {differ}\n")
+    _memory_table(result, out)
     for n in notes:
         out.write(f"  note: {n}\n")
+
+
+def ranks_differ(result: RunResult) -> str:
+    """Where the simulated ranks took different paths: the points reached, where they stopped, what
+    they raised, the settings their live models show."""
+    if len(result.ranks) < 2:
+        return ""
+    parts = []
+    for what, get in (("reached", lambda d: ", ".join(d.get("reached") or []) or "nothing"),
+                      ("stopped at", lambda d: d.get("point")),
+                      ("raised", lambda d: (d.get("exception") or {}).get("text") or "nothing"),
+                      ("live settings", lambda d: _settings_text(d.get("settings")))):
+        values = [(r.rank, get(r.data)) for r in result.ranks]
+        if len({v for _, v in values}) > 1:
+            parts.append(f"{what}: " + "; ".join(f"rank {rank} {v}" for rank, v in values))
+    return " | ".join(parts)
+
+
+def _settings_text(s) -> str:
+    if not s:
+        return "none"
+    return ", ".join(f"{k}={v}" for k, v in sorted((s.get("fsdp") or {}).items())) + \
+        (f", lora r={s['lora'].get('r')}" if s.get("lora") else "")
+
+
+def _memory_table(result: RunResult, out: TextIO) -> None:
+    rows = [(r.rank, r.data["memory"]) for r in result.ranks if r.data.get("memory")]
+    if not rows:
+        return
+    first = rows[0][1]
+    out.write(f"  per-rank memory at the real size ({first.get('source')}; fsdplint model's audit with the live "
+              f"job's settings, {first.get('seconds', 0):.1f}s; --gpu-memory {_gib(result.gpu_memory)}):\n")
+    for rank, m in rows:
+        if m.get("total") is not None:
+            out.write(f"    rank {rank:>4}: {_gib(m['total'])}\n")
+    out.write(f"    fullest rank {first['fullest_rank']}: {_gib(first['fullest_total'])} =\n")
+    for label, n, on_device in first.get("lines") or ():
+        out.write(f"      {_gib(n):>12}  {label}{'' if on_device else ' (host, not counted)'}\n")

@@ -60,7 +60,8 @@ def run(job: Job, *, world_size: int, local_world_size: int, gpu_memory: int, ti
         for rank in ranks_to_run(world_size):
             spec = {"rank": rank, "world_size": world_size, "local_world_size": local_world_size,
                     "gpu_memory": gpu_memory, "result": os.path.join(tmp, f"rank{rank}.json"), "kind": job.kind,
-                    "entry": job.entry, "argv0": job.argv0, "args": job.args, "cwd": cwd, "user_root": cwd}
+                    "entry": job.entry, "argv0": job.argv0, "args": job.args, "cwd": cwd, "user_root": cwd,
+                    "audit": rank == 0}
             path = os.path.join(tmp, f"spec{rank}.json")
             with open(path, "w") as f:
                 json.dump(spec, f)
@@ -88,5 +89,8 @@ def run(job: Job, *, world_size: int, local_world_size: int, gpu_memory: int, ti
                 data = {"rank": rank, "point": "start", "findings": [], "memory": None, "notes": [],
                         "exception": None, "crashed": True}
             out.ranks.append(RankResult(rank, data, timed_out, stderr))
+    from fsdplint.run import fullsize
+
+    fullsize.complete(out.ranks, gpu_memory)
     out.seconds = round(time.perf_counter() - started, 2)
     return out

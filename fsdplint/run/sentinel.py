@@ -1,10 +1,14 @@
-"""Where the dry run stops: the first training forward after the model is wrapped (or an optimizer
-exists), or the first `optimizer.step()`, whichever comes first.
+"""Where the dry run stops: just before the job's first `optimizer.step()` runs.
 
-Meta tensors have no data, so the forward itself is not executed: FSDP2 refuses meta parameters at
-its lazy init, and the ops that read values (masks, `.item()`) cannot run. Everything the job does
-before that point — argument parsing, model build, quantization, LoRA injection, the wrap, the
-optimizer — is the real code.
+The job trains the shrunk twin (see `twin`) on the CPU, so everything before the step is the real
+code run for real: argument parsing, model build, quantization, LoRA injection, the wrap, the
+optimizer, the first forward (FSDP2's lazy init included), the loss and its backward (gradient
+reduce-scatter under the fake process group). A global optimizer step pre-hook stops it there,
+after the runtime checks have looked at the live model, its gradients and the optimizer.
+
+A model that could not be twinned stays on meta: it holds no values, so such a job stops at its
+first training forward after the wrap instead (FSDP2 refuses meta parameters at its lazy init), as
+the report says.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ class Progress:
         self.armed = False
         self.notes: set = set()
         self.on_stop = None  # callback(point, model, optimizer) -> None, run before ReachedStop
+        self.batch: tuple = ()  # (micro-batch, sequence length) of the first training forward
+        self.first_forward_seen = False
+        self.forward_stack: list = []  # traceback.FrameSummary of the first training forward
 
     def reach(self, point: str) -> None:
         if point not in self.points:
@@ -48,11 +55,10 @@ class Progress:
         return None
 
     def wrapped_model(self):
-        for ref in self.wrapped:
-            m = ref()
-            if m is not None:
-                return m
-        return None
+        """The outermost module the job wrapped (FSDP2 jobs shard each layer before the root): the
+        one holding the most modules."""
+        live = [m for m in (ref() for ref in self.wrapped) if m is not None]
+        return max(live, key=lambda m: sum(1 for _ in m.modules()), default=None)
 
 
 PROGRESS = Progress()
@@ -81,10 +87,33 @@ def install() -> None:
     register_optimizer_step_pre_hook(before_step)
 
     def before_forward(module, args):
-        if PROGRESS.armed:
+        if not PROGRESS.armed or PROGRESS.first_forward_seen:
+            return
+        if isinstance(module, torch.nn.Embedding) and args and hasattr(args[0], "shape"):
+            # The token ids of the first training forward: its micro-batch and sequence length,
+            # which the activation estimate of the real config uses.
+            shape = tuple(args[0].shape)
+            PROGRESS.batch = shape if len(shape) == 2 else (1, shape[-1]) if shape else ()
+            PROGRESS.first_forward_seen = True
+            PROGRESS.reach("forward")
+            # Where the job called its first training forward: the line a job that never steps is
+            # reported at (read once, so the cost is one stack walk).
+            import traceback
+
+            PROGRESS.forward_stack = traceback.extract_stack()
+        if any(getattr(p, "_fsdplint_meta_model", False) for p in module.parameters(recurse=False)) \
+                or _meta_root(module):
             _stop("forward", module, PROGRESS.optimizer())
 
     register_module_forward_pre_hook(before_forward)
+
+
+def _meta_root(module) -> bool:
+    """A forward of a wrapped model that is still the real-size meta model (no twin was built)."""
+    wrapped = PROGRESS.wrapped_model()
+    if module is not wrapped:
+        return False
+    return any(getattr(p, "_fsdplint_meta_model", False) for p in module.parameters())
 
 
 def note_wrap(module) -> None:

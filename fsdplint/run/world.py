@@ -150,7 +150,33 @@ def _tensor_moves(torch) -> None:
         return module_to(self, *args, **kwargs)
 
     torch.nn.Module.to = module_moved_to
+    to_empty = torch.nn.Module.to_empty
+
+    def module_to_empty(self, *args, device=None, **kwargs):
+        # `model.to_empty(device="cuda")` after building on meta: the CPU holds what the GPU would.
+        if args:
+            device, args = args[0], args[1:]
+        return to_empty(self, *args, device="cpu" if _is_cuda(device) else device, **kwargs)
+
+    torch.nn.Module.to_empty = module_to_empty
+    _meshes(torch)
     torch.nn.Module.cuda = lambda self, *a, **k: module_to(self, torch.device("meta") if _on_meta(self) else "cpu")
+
+
+def _meshes(torch) -> None:
+    """`init_device_mesh("cuda", ...)`: a CPU mesh of the same shape over the fake group, so FSDP2
+    computes on the CPU (a CUDA mesh would make it open CUDA streams). Meshes built by code that
+    imported the function before the run are converted at `fully_shard` (see wraps.cpu_mesh)."""
+    import torch.distributed.device_mesh as dm
+
+    build = dm.init_device_mesh
+
+    def init_device_mesh(device_type, *args, **kwargs):
+        return build("cpu" if str(device_type).startswith("cuda") else device_type, *args, **kwargs)
+
+    dm.init_device_mesh = init_device_mesh
+    if hasattr(torch.distributed, "init_device_mesh"):
+        torch.distributed.init_device_mesh = init_device_mesh
 
 
 def _on_meta(module) -> bool:
