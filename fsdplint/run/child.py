@@ -91,6 +91,7 @@ def _run(spec: dict, result: dict, started: float) -> None:
         _at_end(spec, result, cwd, started)
     except sentinel.ReachedStop as stop:
         result["point"] = stop.point
+        result["autocast_stop"] = sentinel.PROGRESS.autocast_stop
         result["stop_frame"] = errors.user_frame(stop.__traceback__, spec.get("user_root") or cwd)
         result["stopped_after"] = round(time.perf_counter() - started, 2)
         try:

@@ -97,7 +97,9 @@ def write_summary(result: RunResult, out: TextIO) -> None:
         after = d.get("stopped_after")
         how = {"step": f"reached the first optimizer step in {after:.1f}s (forward and backward ran)"
                        if after is not None else "reached the first optimizer step",
-               "forward": "stopped at its first training forward (model on meta: forward and backward not run)",
+               "forward": "stopped at its first training forward (" + (
+                   "under CUDA autocast" if d.get("autocast_stop") else "model on meta")
+                   + ": forward and backward not run)",
                "end": "ran to its end without an optimizer step (the checks ran on the model it left)",
                "exit": "exited",
                "start": "did not reach a wrap"}.get(stop, stop)

@@ -38,6 +38,7 @@ class Progress:
         self.batch: tuple = ()  # (micro-batch, sequence length) of the first training forward
         self.first_forward_seen = False
         self.forward_stack: list = []  # traceback.FrameSummary of the first training forward
+        self.autocast_stop = False  # stopped at the first forward because it runs under CUDA autocast
 
     def reach(self, point: str) -> None:
         if point not in self.points:
@@ -104,8 +105,26 @@ def install() -> None:
         if any(getattr(p, "_fsdplint_meta_model", False) for p in module.parameters(recurse=False)) \
                 or _meta_root(module):
             _stop("forward", module, PROGRESS.optimizer())
+        if PROGRESS.first_forward_seen and _cuda_autocast(torch):
+            # accelerate's / Trainer's mixed precision autocasts on "cuda"; the twin computes on the CPU,
+            # where a CUDA autocast region casts nothing, so the forward would meet dtype mixes a GPU run
+            # never sees (and autocasting on the CPU instead changes checkpoint recomputation). Rather
+            # than report an error the cluster would not raise, the run stops at this forward, as a
+            # meta run does, and says why.
+            PROGRESS.notes.add("the job's forward runs under CUDA autocast (mixed precision), which the CPU "
+                               "cannot reproduce: the run stopped at its first training forward, so forward "
+                               "and backward were not run")
+            PROGRESS.autocast_stop = True
+            _stop("forward", PROGRESS.wrapped_model() or module, PROGRESS.optimizer())
 
     register_module_forward_pre_hook(before_forward)
+
+
+def _cuda_autocast(torch) -> bool:
+    try:
+        return bool(torch.is_autocast_enabled("cuda"))
+    except (TypeError, RuntimeError):  # a torch without the per-device form
+        return False
 
 
 def _meta_root(module) -> bool:
