@@ -103,11 +103,14 @@ def script_facts(a) -> dict[str, Fact]:
         if launch.fsdp_version is not None:
             site = launch.get("version") or sharding or launch.get("sharding_strategy") or launch.get("distributed_type")
             facts["fsdp_version"] = Fact(launch.fsdp_version, site)
+            facts["fsdp_wrapper"] = Fact("accelerate", site)
     if "fsdp_version" not in facts:
         for api, version in (("fully_shard", 2), ("FSDP1", 1)):
             calls = a.calls(api)
             if calls:
                 facts["fsdp_version"] = Fact(version, calls[0].node)
+                # The script wraps the model itself: accelerate's FSDP preparation (and its bugs) is not run.
+                facts["fsdp_wrapper"] = Fact("torch", calls[0].node)
                 break
     for call in a.calls("fully_shard"):
         policy = call.kw("offload_policy")

@@ -311,3 +311,18 @@ def test_the_checkout_of_the_library_itself_has_no_pin(tmp_path):
                                "examples/train.py": FSDP1_SAVE})
     found = [f for f in _check(root) if STATE_FSDP1 in f["message"]]
     assert [Path(f["filename"]).name for f in found] == ["train.py"]
+
+
+def test_an_accelerate_bug_is_not_reported_on_a_job_that_wraps_with_torch_itself():
+    # accelerate's FSDP2 preparation passes ignored_params (torch < 2.7 refuses it); a script that calls
+    # fully_shard itself never runs that preparation, whatever the versions.
+    adv = "accelerate-fsdp2-ignored-params-old-torch"
+    own = ("import torch\nfrom torch.distributed.fsdp import fully_shard\n"
+           "model = torch.nn.Linear(4, 4)\nfully_shard(model)\n")
+    assert not _hits(own, adv, target={"accelerate": "1.12.0", "torch": "2.6.0"})
+    assert not _hits(own, adv)
+    through = ("from accelerate import Accelerator\nfrom accelerate.utils import FullyShardedDataParallelPlugin\n"
+               "acc = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))\n"
+               "model = acc.prepare(model)\n")
+    found = _hits(through, adv, target={"accelerate": "1.12.0", "torch": "2.6.0"})
+    assert found, "the same versions through accelerate's preparation are affected"

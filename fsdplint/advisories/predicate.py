@@ -20,6 +20,7 @@ from typing import Any, Mapping
 # The facts a trigger may name, with what they mean (shown by `fsdplint advisories` and checked on load).
 FACTS: dict[str, str] = {
     "fsdp_version": "1 (FullyShardedDataParallel, fsdp= in TrainingArguments, accelerate FSDP1) or 2 (fully_shard, fsdp_version: 2)",
+    "fsdp_wrapper": "accelerate when FSDP comes from accelerate (its config, plugin, or the Trainer's fsdp=), torch when the script calls fully_shard / FullyShardedDataParallel itself",
     "offload": "true when parameters are offloaded to CPU (fsdp_offload_params, `offload` in fsdp=, CPUOffload(offload_params=True), CPUOffloadPolicy)",
     "quant_bits": "4 or 8: bitsandbytes load_in_4bit / load_in_8bit",
     "quant_storage": "bnb_4bit_quant_storage, its dtype name (bfloat16, float16, uint8)",
