@@ -319,6 +319,14 @@ def _related(ctx, site) -> Related:
     """The triggering setting as a related location: its script line, or its YAML line."""
     node = getattr(site, "node", site) if hasattr(site, "filename") else site
     if node is not None:
+        from fsdplint.analysis.index import locate
+
+        hit = locate(ctx.analysis, node)  # a setting in another module of the project (a helper's call)
+        if hit is not None:
+            other = hit[0]
+            return Related(other.filename, other.start, other.end, "the setting that sets the bug off")
+        if id(node) not in ctx.analysis.c.top:
+            return Related(ctx.filename, Position(1, 1), Position(1, 1), "the setting that sets the bug off")
         start, end = ctx.positions.range(node)
         return Related(ctx.filename, start, end, "the setting that sets the bug off")
     return Related(site.filename, Position(site.line, 1), Position(site.line, 1), "the setting that sets the bug off")

@@ -326,3 +326,4 @@ def test_an_accelerate_bug_is_not_reported_on_a_job_that_wraps_with_torch_itself
                "model = acc.prepare(model)\n")
     found = _hits(through, adv, target={"accelerate": "1.12.0", "torch": "2.6.0"})
     assert found, "the same versions through accelerate's preparation are affected"
+
