@@ -159,4 +159,5 @@ def test_uncached_hub_tokenizer_and_dataset_get_stand_ins_and_the_report_says_so
             "vocabulary of 128") in p.stdout
     assert ("dataset fsdplint-test/prompt-completion not cached: used a 2048-row stand-in with columns prompt, "
             "completion (read from hub_data_standins.py)") in p.stdout
-    assert "attn_implementation='flash_attention_2': its kernel is not installed here" in p.stdout
+    # flash-attention: the twin computes attention with sdpa on the CPU, and the report says so
+    assert "flash_attention" in p.stdout and "sdpa" in p.stdout, p.stdout
