@@ -101,7 +101,11 @@ def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, comm
         if output_format in ("concise", "full"):
             report.write_summary(result, sys.stdout)
     write_report(all_findings, output_format, sys.stdout)
-    return 1 if all_findings else 0
+    # Exit codes as for `check` at its default --fail-level: an info (e.g. FSDP502, ranks whose shards hold no
+    # trainable elements) is reported but does not fail the run.
+    from fsdplint.findings import Severity
+
+    return 1 if any(f.severity.rank <= Severity.WARNING.rank for f in all_findings) else 0
 
 
 def _in(cwd: str, fn, *args):
