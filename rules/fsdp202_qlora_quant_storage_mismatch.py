@@ -5,6 +5,7 @@ from fsdplint.audit.examples import spec
 from fsdplint.analysis import UNKNOWN, QName
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, add_keyword, replace_keyword, safe
+from fsdplint.launch.tools.defaults import QUANT_STORAGE_NEEDS
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
@@ -722,9 +723,9 @@ def _visible(a, name, bnb, load):
     return False
 
 
-# The releases that pass `bnb_4bit_quant_storage` on to the 4-bit weights; older ones accept and ignore it
-# (the same table as the tool configs' QUANT_STORAGE_NEEDS).
-STORAGE_KEYWORD_SINCE = {"transformers": "4.39.0", "bitsandbytes": "0.43.0"}
+# The releases that pass `bnb_4bit_quant_storage` on to the 4-bit weights (older ones accept and ignore it):
+# the tool configs' table, one source for both.
+STORAGE_KEYWORD_SINCE = QUANT_STORAGE_NEEDS
 
 
 def _storage_dropped_by(ctx) -> list:

@@ -204,7 +204,7 @@ class KnownBugAtVersion(Rule):
                 # of an unknown version would be a guess).
                 if trigger_likely or likely or not adv.verified or adv.severity == "warning" or len(unknown) > 1:
                     continue
-                if _fixed_before_covered(adv, unknown[0]):
+                if _version_not_worth_asking(adv, unknown[0]):
                     continue  # every release fsdplint covers (its oldest is what an unknown version assumes) is fixed
                 declare = "; ".join(
                     f"declare the {lib} version: pin it in requirements / pyproject or pass --target-version {lib}=X"
@@ -256,7 +256,7 @@ class KnownBugAtVersion(Rule):
                            _related(ctx, found[0][2]), severity=severity)
 
 
-def _fixed_before_covered(adv, lib: str) -> bool:
+def _version_not_worth_asking(adv, lib: str) -> bool:
     """Whether an unknown version is not worth a warning: every affected release is older than the oldest
     release fsdplint covers (versions.DEFAULTS, what an unknown version is assumed to be), or the bug lives in
     the patch releases of one minor series only (transformers 4.47.0 alone) - asking every job that does not pin

@@ -16,6 +16,7 @@ from typing import Mapping, Optional
 
 from packaging.version import Version
 
+from fsdplint.apis import BNB_QUANT_STORAGE_SINCE
 from fsdplint.behaviour import BEHAVIOURS as BEHAVIOUR
 from fsdplint.behaviour import holds, unverified
 from fsdplint.versions import TargetVersion, parse_version
@@ -44,7 +45,8 @@ def use_orig_params_default(builder: str) -> bool:
 
 # The quant storage LLaMA-Factory sets (`bnb_4bit_quant_storage=model_args.compute_dtype`, v0.6.0 on) is a
 # keyword that transformers and bitsandbytes know only from these versions (older ones drop it silently).
-QUANT_STORAGE_NEEDS = {"transformers": "4.39.0", "bitsandbytes": "0.43.0"}
+# (bitsandbytes' boundary is the one read at adjacent releases in apis.BOUNDARIES.)
+QUANT_STORAGE_NEEDS = {"transformers": "4.39.0", "bitsandbytes": BNB_QUANT_STORAGE_SINCE}
 
 TOOL_PACKAGES = ("axolotl", "llamafactory")
 _ALIASES = {"llamafactory": ("llamafactory", "llmtuner")}
