@@ -463,3 +463,20 @@ def test_a_relative_pythonpath_names_the_checkout_not_the_copied_tree(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {r["id"]: r for r in json.loads(out_json.read_text())["cases"]}
     assert rows["tiny-lora-after-fully-shard"]["found"] == ["FSDP101:error"]
+
+
+def test_third_held_out_set_keeps_its_size_and_its_working_trees():
+    """manifest-held3.toml is a measure (issue 24): at least 15 buggy jobs configured outside Python, at least six
+    of them with the fix commit whose tree is a working example, and none of its reports reused by another case."""
+    held3 = [case for path, case in _manifest() if path.name == "manifest-held3.toml"]
+    assert len(held3) >= 15
+    assert all(case["id"].startswith("held3-") for case in held3)
+    assert all(case["setup"] == "outside-python" for case in held3)
+    assert sum("fix_commit" in case for case in held3) >= 6
+    assert sum(case["covered"] for case in held3) >= 5
+    others = [case for path, case in _manifest() if path.name != "manifest-held3.toml"]
+    others += [case for _, case in _handwritten()]
+    cited = {url.rstrip("/") for case in others for url in case["source"]}
+    for case in held3:
+        reused = {url.rstrip("/") for url in case["source"]} & cited
+        assert not reused, f"{case['id']}: {sorted(reused)} is already a case of the benchmark"
