@@ -62,6 +62,13 @@ class Fsdp1MixedRequiresGrad(Rule):
     `mark_only_lora_as_trainable`) whose `auto_wrap_policy` wraps whole blocks: Lightning >= 2.1 passes
     `use_orig_params=True` on torch >= 2.0 (2.0 left FSDP's `False`), so it is reported on torch 2.0, with
     `use_orig_params=False`, or on Lightning 2.0 (see `fsdplint/analysis/lightning.py`).
+    Where a framework does the wrap (`accelerator.prepare`, the HF Trainer's `train()`, trl's trainers given
+    `peft_config=`, which inject LoRA themselves), judges the units with the job's FSDP plan (an accelerate
+    config or environment, `TrainingArguments(fsdp=..., fsdp_config=...)`, `--fsdp` flags): the framework's
+    own `use_orig_params` default when the plan leaves it out (accelerate: False; the Trainer: False before
+    transformers 4.36, True from it) and the Trainer's switch to peft's policy for a PEFT model
+    (transformers >= 4.39). A value that decides it but cannot be read makes the finding a warning that
+    says what to declare (`fsdplint/analysis/framework.py`).
     Without PEFT, finds a model class of the script whose `__init__` freezes one of its own submodules
     (`self.k.requires_grad_(False)`, or a loop over `self.k.parameters()`) next to trainable ones, wrapped
     with no policy or a block policy that does not give the frozen submodule a unit of its own.

@@ -30,7 +30,10 @@ class MixedDtypeUnit(Rule):
     (all parameters on torch releases before pytorch#154103).
     In scripts, it flags `get_peft_model` on a model loaded in bf16/fp16 (peft keeps the adapters in float32)
     that is then wrapped without a cast: with FSDP1 under a class/size-based policy, and with FSDP2 on torch
-    releases before pytorch#154103.
+    releases before pytorch#154103. A framework's FSDP1 wrap counts with the job's plan
+    (`fsdplint/analysis/framework.py`): `accelerator.prepare` under a named accelerate policy, the Trainer's
+    `train()` before transformers 4.39 (from 4.39 it gives a PEFT model peft's policy, whose LoRA units are
+    separate).
 
     ## Why is this bad?
     peft's `get_peft_model(autocast_adapter_dtype=True)` keeps LoRA weights in float32 next to a bfloat16
