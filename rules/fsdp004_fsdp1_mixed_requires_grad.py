@@ -516,6 +516,64 @@ class Fsdp1MixedRequiresGrad(Rule):
         ),
     ]
 
+    # Composer's Trainer(fsdp_config=...) wraps with FSDP1 in its __init__; it defaults use_orig_params to True.
+    INVALID += [
+        Invalid(
+            """
+            from composer import Trainer
+            from composer.models import HuggingFaceModel
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules=["Wqkv"]))
+            fsdp_config = {"sharding_strategy": "FULL_SHARD", "mixed_precision": "PURE", "use_orig_params": False}
+            trainer = Trainer(model=HuggingFaceModel(model, tokenizer), train_dataloader=loader,
+                              max_duration="1ep", fsdp_config=fsdp_config)
+            trainer.fit()
+            """,
+            target={"torch": "2.4"},
+            line=7,
+        ),
+        # torch 2.0 refuses the mixed units even with Composer's use_orig_params=True (pytorch#100945).
+        Invalid(
+            """
+            from composer import Trainer
+            from composer.models import HuggingFaceModel
+            from peft import LoraConfig, get_peft_model
+
+            def build(base, tokenizer, r):
+                return HuggingFaceModel(get_peft_model(base, LoraConfig(r=r, target_modules=["q_proj"])), tokenizer)
+
+            Trainer(model=build(base, tokenizer, 8), fsdp_config={"sharding_strategy": "FULL_SHARD"}).fit()
+            """,
+            target={"torch": "2.0"},
+            line=8,
+        ),
+    ]
+    VALID += [
+        Valid(
+            """
+            from composer import Trainer
+            from composer.models import HuggingFaceModel
+            from peft import LoraConfig, get_peft_model
+
+            model = HuggingFaceModel(get_peft_model(base, LoraConfig(r=16, target_modules=["Wqkv"])), tokenizer)
+            Trainer(model=model, fsdp_config={"sharding_strategy": "FULL_SHARD"}).fit()
+            """,
+            target={"torch": "2.4"},
+        ),
+        # fsdp_config=None: Composer trains without FSDP.
+        Valid(
+            """
+            from composer import Trainer
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(base, LoraConfig(r=16, target_modules=["Wqkv"]))
+            Trainer(model=model, fsdp_config=None).fit()
+            """,
+            target={"torch": "2.0"},
+        ),
+    ]
+
     AUDIT_VALID = [
         spec(fsdp={"version": 1, "auto_wrap_policy": "peft"}),
         spec(fsdp={"version": 1, "use_orig_params": True}),
@@ -647,16 +705,17 @@ class Fsdp1MixedRequiresGrad(Rule):
                 e = lora[0]
                 undecided.append(f"whether {e.data['open']}= of the trainer (line {ctx.line(e.node)}) is a LoRA config "
                                  f"on this launch (its value is not followed to where it is built)")
-            if fw.orig is None and not torch20 and not undecided:
-                continue
+            if fw.orig is None and not torch20 and not fw.orig_open:
+                continue  # use_orig_params cannot be read and nothing to declare decides it
             if torch20:
                 msg = (f"{fw.wrapper} wraps this LoRA model with FSDP1 and {fw.policy_text}; on {tv.describe()} "
                        f"a unit mixing frozen and trainable parameters fails even with use_orig_params=True "
                        f"(\"FlatParameter requires uniform requires_grad\", pytorch#100945). Upgrade to torch >= "
                        f"2.1, or wrap with peft's fsdp_auto_wrap_policy(model).")
             else:
-                fix = ("set fsdp_use_orig_params: true (or use_orig_params in fsdp_config)" if fw.plan_by == "accelerate"
-                       else "pass fsdp_config={\"use_orig_params\": true} (or upgrade transformers)")
+                fix = {"accelerate": "set fsdp_use_orig_params: true (or use_orig_params in fsdp_config)",
+                       "composer": "drop use_orig_params=False from fsdp_config (Composer's default is True)"}.get(
+                    fw.plan_by, "pass fsdp_config={\"use_orig_params\": true} (or upgrade transformers)")
                 msg = (f"{fw.wrapper} wraps this LoRA model with FSDP1, {fw.orig_text} and {fw.policy_text}: "
                        f"each unit flattens frozen base weights and trainable LoRA weights into one FlatParameter, "
                        f"and wrapping raises \"ValueError: ... has both parameters with requires_grad=True and "
@@ -664,7 +723,8 @@ class Fsdp1MixedRequiresGrad(Rule):
                        f"the wrap, or {fix}.")
             msg += declare_hint(fw, undecided)
             severity = Severity.WARNING if undecided else None
-            ctx.report_setting(fw.setting, msg, fallback=fw.node, severity=severity, rests_on=fw.rests_on)
+            where = fw.setting if fw.by != "composer" else None  # (Composer's settings are the call's own)
+            ctx.report_setting(where, msg, fallback=fw.node, severity=severity, rests_on=fw.rests_on)
             return
 
     def _check_lightning(self, ctx, tv) -> None:

@@ -307,7 +307,8 @@ class MixedDtypeUnit(Rule):
                     continue
                 wraps = t.after(lora, ("wrap1", "shard2") + FRAMEWORK_WRAP_KINDS)
                 wraps = [w for w in wraps if w.kind in ("wrap1", "shard2") or (
-                    id(w) in plans and plans[id(w)].version == 1 and plans[id(w)].policy == "mixing")]
+                    id(w) in plans and plans[id(w)].version == 1 and plans[id(w)].policy == "mixing"
+                    and plans[id(w)].by != "composer")]  # (Composer's mixed precision was not read)
                 if not wraps or _cast_between(a, t, lora, wraps[0]):
                     continue
                 w = wraps[0]

@@ -361,7 +361,7 @@ class Builder(Classes, Linking):
             self._bind_result(t, step, call)
             for ev in self._library_effects(t, step, call):
                 t.events.append(ev)
-            if call.api == "Trainer":
+            if call.api in ("Trainer", "composer_Trainer"):
                 ev = self._trainer_wrap(t, step, call)
                 if ev is not None:
                     t.events.append(ev)
@@ -405,7 +405,7 @@ class Builder(Classes, Linking):
         r = self._trainer_model(t, step, call)
         if r is None:
             return None
-        return Event("trainer_wrap", step, r, {"by": call.qualname or call.api}, t)
+        return Event("trainer_wrap", step, r, {"by": call.qualname or call.api, "api": call.api}, t)
 
     def _trainer_model(self, t: Timeline, step: Step, call: Call) -> Optional[Ref]:
         """The model of the trainer `call` builds: `<name>.model` of the name it is bound to, one object with the

@@ -43,6 +43,8 @@ class FrameworkWrap:
     orig: Optional[bool] = None  # use_orig_params; None: not known
     orig_text: str = ""
     orig_setting: Any = None
+    # Why use_orig_params is not known, when something could be declared to decide it ("": not decidable here).
+    orig_open: str = ""
     # What would decide a value left open, e.g. "the transformers version (the Trainer's ... from 4.39)".
     undecided: list = field(default_factory=list)
     rests_on: tuple = ()  # behaviour.py keys the answer used
@@ -65,6 +67,8 @@ class FrameworkWrap:
     def wrapper(self) -> str:
         if self.by == "trainer":
             return "the Trainer (when train() runs)"
+        if self.by == "composer":
+            return "Composer's Trainer (given fsdp_config=)"
         return "accelerator.prepare"
 
 
@@ -109,15 +113,19 @@ def _where(setting) -> str:
 def framework_wraps(a, ctx) -> list[FrameworkWrap]:
     """Every framework wrap of the file's programs under the job's FSDP plan (`a.launch`), in order."""
     launch = getattr(a, "launch", None)
-    if launch is None or launch.fsdp_version not in (1, 2):
-        return []
+    on = launch is not None and launch.fsdp_version in (1, 2)
     out = []
     for t in a.timelines:
         for kind in FRAMEWORK_WRAP_KINDS:
             for ev in t.of(kind):
                 if ev.entity is None:
                     continue
-                out.append(_plan(a, ctx, launch, t, ev))
+                if ev.data.get("api") == "composer_Trainer":
+                    fw = _composer_plan(a, ctx, t, ev)
+                    if fw is not None:
+                        out.append(fw)
+                elif on:
+                    out.append(_plan(a, ctx, launch, t, ev))
     out.sort(key=lambda w: (id(w.timeline), w.event.seq))
     return out
 
@@ -140,7 +148,8 @@ def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
         fw.orig = None if s.value is UNKNOWN else _truthy(s.value)
         fw.orig_text = f"use_orig_params={s.value} ({_where(s)})"
         if fw.orig is None:
-            fw.undecided.append(f"the value of use_orig_params ({_where(s)})")
+            fw.orig_open = f"the value of use_orig_params ({_where(s)})"
+            fw.undecided.append(fw.orig_open)
     elif plan_by == "trainer":
         fw.orig_setting = sharding
         answer = covered_holds("trainer_fsdp_use_orig_params_default", tfv)
@@ -150,8 +159,9 @@ def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
         if answer is None:
             fw.orig_text = (f"use_orig_params left to the Trainer, which passes True from transformers {b.since} "
                             f"and False before")
-            fw.undecided.append(f"the transformers version (the Trainer defaults use_orig_params to True from "
-                                f"{b.since}, False before; {tfv.describe()})")
+            fw.orig_open = (f"the transformers version (the Trainer defaults use_orig_params to True from "
+                            f"{b.since}, False before; {tfv.describe()})")
+            fw.undecided.append(fw.orig_open)
         else:
             fw.orig_text = (f"use_orig_params={answer}, the Trainer's default on {tfv.describe()} (True from "
                             f"transformers {b.since})")
@@ -206,6 +216,52 @@ def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
         else:
             fw.policy, fw.policy_text = "unknown", f"auto_wrap_policy {value} ({_where(p)})"
     fw.rests_on = tuple(rests)
+    return fw
+
+
+# Composer passes use_orig_params=True unless fsdp_config says otherwise: composer v0.14.0 and v0.14.1
+# trainer/dist_strategy.py (`fsdp_config.get('use_orig_params', True)`, on torch >= 2.0), v0.15.0 to v0.22.0
+# (`fsdp_config.setdefault('use_orig_params', True)`), v0.23.0 to v0.32.1 utils/parallelism.py
+# (`FSDPConfig.use_orig_params: bool = True`); v0.13.5 passed none (torch's False), on the torch 1.13 it supported.
+COMPOSER_ORIG_PARAMS_DEFAULT = True
+
+
+def _composer_plan(a, ctx, t, ev) -> Optional[FrameworkWrap]:
+    """Composer's `Trainer(model=..., fsdp_config=...)`: FSDP1 with the settings of that dict, Composer's
+    defaults for the rest. Its units are the modules the model's `fsdp_wrap_fn` / `_fsdp_wrap` pick (the root
+    alone when none): blocks at most, so a LoRA leaf shares its unit unless the file chooses the units itself."""
+    call = ev.call
+    expr = a.keyword(call, "fsdp_config")
+    if expr is None:
+        return None
+    fw = FrameworkWrap(t, ev, "composer", "composer", 1, "mixing",
+                       "the units Composer wraps (the model's fsdp_wrap_fn blocks, else the root)")
+    source = getattr(ctx, "source", "") or ""
+    if "fsdp_wrap_fn" in source or "_fsdp_wrap" in source:
+        fw.policy, fw.policy_text = "unknown", "the units this file's fsdp_wrap_fn / _fsdp_wrap choose"
+    entries = None
+    if expr is UNKNOWN:
+        fw.undecided.append("whether fsdp_config is given (behind **kwargs)")
+    else:
+        if a.value(expr, call.scope) is None:
+            return None  # fsdp_config=None: no FSDP
+        if a.may_be_none(expr, call.scope):
+            fw.undecided.append(f"whether fsdp_config= (line {ctx.line(call.node)}) holds a config on this run "
+                                f"(it may be None: no FSDP)")
+        entries = a.dict_entries(expr, call.scope, call.seq)
+    uop = entries.get("use_orig_params") if entries is not None else None
+    if entries is None:
+        fw.orig, fw.orig_text = None, "use_orig_params from an fsdp_config this file does not spell out"
+    elif uop is None:
+        fw.orig = COMPOSER_ORIG_PARAMS_DEFAULT
+        fw.orig_text = "use_orig_params=True (Composer's default when fsdp_config leaves it out)"
+    else:
+        v = UNKNOWN if uop is UNKNOWN else a.value(uop, call.scope)
+        fw.orig = None if v is UNKNOWN else _truthy(v)
+        fw.orig_text = f"use_orig_params={a.code(uop) if uop is not UNKNOWN else '?'} (fsdp_config)"
+        if fw.orig is None:
+            fw.orig_open = "the value of fsdp_config's use_orig_params"
+            fw.undecided.append(fw.orig_open)
     return fw
 
 
