@@ -133,6 +133,10 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
         "trl.trainer.sft_config.SFTConfig",
     ),
     "Trainer": ("transformers.Trainer", "transformers.trainer.Trainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.GRPOTrainer"),
+    # Composer's Trainer wraps the model with FSDP1 in its __init__ when given `fsdp_config=` (composer
+    # v0.14-v0.22 trainer/dist_strategy.py prepare_fsdp_module; later releases distributed/dist_strategy.py).
+    "composer_Trainer": ("composer.Trainer", "composer.trainer.Trainer", "composer.trainer.trainer.Trainer"),
+    "composer_HuggingFaceModel": ("composer.models.HuggingFaceModel", "composer.models.huggingface.HuggingFaceModel"),
     "DistributedConfig": (
         "transformers.DistributedConfig",
         "transformers.distributed.DistributedConfig",

@@ -52,6 +52,21 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
               "_fsdp_qlora_plugin_updates",
     ),
     Behaviour(
+        "trainer_fsdp_use_orig_params_default", "transformers",
+        "The Trainer's FSDP1 (TrainingArguments fsdp=...) passes use_orig_params=True when fsdp_config leaves "
+        "it out, so a unit may mix frozen and trainable parameters (torch >= 2.1).",
+        since="4.36.0",
+        before="the Trainer's FSDP1 used use_orig_params=False unless fsdp_config said otherwise: a unit "
+               "mixing frozen base and trainable LoRA weights raised at wrap",
+        read="transformers 4.28.1 trainer.py (_wrap_model builds FSDP(...) without use_orig_params: torch's "
+             "False); 4.30.0 trainer.py (`fsdp_config.get(\"use_orig_params\", False)`); 4.33.1 and 4.35.2 "
+             "training_args.py (`fsdp_config.get(\"use_orig_params\", \"false\")`); 4.36.0 and 5.24.0 "
+             "(`... \"true\"`)",
+        since_read=("4.35.2", "4.36.0"),
+        check="python bench/facts/release_bisect.py transformers transformers/training_args.py --regex "
+              "'use_orig_params\", \"true\"' --from 4.28.0 --to 5.0.0",
+    ),
+    Behaviour(
         "save_pretrained_gathers_dtensors", "transformers",
         "save_pretrained calls full_tensor() on every DTensor of the state dict while writing the shards, so "
         "on an FSDP2 model (fully_shard, or accelerate's FSDP2) it all-gathers each parameter: called on every "

@@ -1,5 +1,5 @@
-from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
+from fsdplint.analysis.framework import declare_hint, framework_wraps, trainable_lora_before
 from fsdplint.analysis.lightning import lightning_fsdp
 from fsdplint.analysis.lightning import use_orig_params as lightning_orig_params
 from fsdplint.apis import api_of
@@ -9,7 +9,6 @@ from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import Replace, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
-from fsdplint.launch.tools.defaults import use_orig_params_default
 
 # FullyShardedDataParallel(module, process_group, sharding_strategy, cpu_offload, auto_wrap_policy, ...)
 _POLICY_POSITION = 4
@@ -42,8 +41,6 @@ class Net(nn.Module):
 net = Net()
 net = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({Layer}))
 """
-# accelerate's named policies that never give LoRA layers their own unit.
-_MIXING_LAUNCH_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 
 
 class Fsdp1MixedRequiresGrad(Rule):
@@ -65,6 +62,13 @@ class Fsdp1MixedRequiresGrad(Rule):
     `mark_only_lora_as_trainable`) whose `auto_wrap_policy` wraps whole blocks: Lightning >= 2.1 passes
     `use_orig_params=True` on torch >= 2.0 (2.0 left FSDP's `False`), so it is reported on torch 2.0, with
     `use_orig_params=False`, or on Lightning 2.0 (see `fsdplint/analysis/lightning.py`).
+    Where a framework does the wrap (`accelerator.prepare`, the HF Trainer's `train()`, trl's trainers given
+    `peft_config=`, which inject LoRA themselves), judges the units with the job's FSDP plan (an accelerate
+    config or environment, `TrainingArguments(fsdp=..., fsdp_config=...)`, `--fsdp` flags): the framework's
+    own `use_orig_params` default when the plan leaves it out (accelerate: False; the Trainer: False before
+    transformers 4.36, True from it) and the Trainer's switch to peft's policy for a PEFT model
+    (transformers >= 4.39). A value that decides it but cannot be read makes the finding a warning that
+    says what to declare (`fsdplint/analysis/framework.py`).
     Without PEFT, finds a model class of the script whose `__init__` freezes one of its own submodules
     (`self.k.requires_grad_(False)`, or a loop over `self.k.parameters()`) next to trainable ones, wrapped
     with no policy or a block policy that does not give the frozen submodule a unit of its own.
@@ -404,6 +408,172 @@ class Fsdp1MixedRequiresGrad(Rule):
         ),
     ]
 
+    # The framework's wrap (analysis/framework.py): trl's trainers given `peft_config=` inject LoRA themselves,
+    # and the Trainer's own FSDP options (`TrainingArguments(fsdp=...)`) carry its use_orig_params default
+    # (False before transformers 4.36) and its policy (peft's for a PEFT model from 4.39).
+    INVALID += [
+        # A helper returns the base model and the LoRA config; SFTTrainer applies the config itself.
+        Invalid(
+            """
+            from peft import LoraConfig
+            from trl import SFTTrainer
+
+            def create_model(args):
+                model = load(args.model_name)
+                peft_config = LoraConfig(r=args.lora_r, target_modules=["q_proj", "v_proj"])
+                return model, peft_config
+
+            model, peft_config = create_model(args)
+            trainer = SFTTrainer(model=model, args=training_args, peft_config=peft_config)
+            trainer.train()
+            """,
+            target={"transformers": "4.38.2", "torch": "2.2"},
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        # FSDP from TrainingArguments in code: the Trainer's use_orig_params default was False before 4.36.
+        Invalid(
+            """
+            from peft import LoraConfig, get_peft_model
+            from transformers import Trainer, TrainingArguments
+
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap",
+                                     fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+            Trainer(model=model, args=args, train_dataset=ds).train()
+            """,
+            target={"transformers": "4.35.2", "torch": "2.1"},
+            line=4,
+        ),
+        # use_orig_params=False written in the Trainer's fsdp_config, a transformers without the policy swap.
+        Invalid(
+            """
+            from dataclasses import dataclass
+            from peft import LoraConfig
+            from transformers import TrainingArguments
+            from trl import SFTTrainer
+
+            @dataclass
+            class ScriptArguments:
+                lora_r: int = 16
+
+            def main(script_args):
+                lora = LoraConfig(r=script_args.lora_r, target_modules="all-linear")
+                targs = TrainingArguments(output_dir="o", fsdp="full_shard auto_wrap offload",
+                                          fsdp_config={"use_orig_params": False})
+                SFTTrainer(model="meta-llama/Llama-2-7b-hf", args=targs, peft_config=lora).train()
+            """,
+            target={"transformers": "4.38.2", "torch": "2.4"},
+            line=13,
+        ),
+    ]
+    VALID += [
+        # transformers >= 4.39: the Trainer wraps a PEFT model with peft's policy (LoRA leaves in units of their own).
+        Valid(
+            """
+            from peft import LoraConfig
+            from trl import SFTTrainer
+            peft_config = LoraConfig(r=8, target_modules=["q_proj", "v_proj"])
+            trainer = SFTTrainer(model=model, args=training_args, peft_config=peft_config)
+            trainer.train()
+            """,
+            target={"transformers": "4.39.0", "torch": "2.2"},
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        # The script puts peft's policy on the trainer's plugin before train() (peft's examples/sft).
+        Valid(
+            """
+            from peft import LoraConfig
+            from peft.utils.other import fsdp_auto_wrap_policy
+            from trl import SFTTrainer
+            trainer = SFTTrainer(model=model, args=training_args, peft_config=LoraConfig(r=8))
+            if getattr(trainer.accelerator.state, "fsdp_plugin", None):
+                trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(trainer.model)
+            trainer.train()
+            """,
+            target={"transformers": "4.38.2", "torch": "2.2"},
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        # The Trainer's own default from transformers 4.36 is use_orig_params=True: mixed units work on torch >= 2.1.
+        Valid(
+            """
+            from peft import LoraConfig, get_peft_model
+            from transformers import Trainer, TrainingArguments
+            args = TrainingArguments(output_dir="out", fsdp="full_shard auto_wrap")
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.37.2", "torch": "2.2"},
+        ),
+        # Without peft_config the trainer trains the model as given: full fine-tuning, uniform requires_grad.
+        Valid(
+            """
+            from trl import SFTTrainer
+            trainer = SFTTrainer(model=model, args=training_args, peft_config=None)
+            trainer.train()
+            """,
+            target={"transformers": "4.38.2", "torch": "2.2"},
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+    ]
+
+    # Composer's Trainer(fsdp_config=...) wraps with FSDP1 in its __init__; it defaults use_orig_params to True.
+    INVALID += [
+        Invalid(
+            """
+            from composer import Trainer
+            from composer.models import HuggingFaceModel
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules=["Wqkv"]))
+            fsdp_config = {"sharding_strategy": "FULL_SHARD", "mixed_precision": "PURE", "use_orig_params": False}
+            trainer = Trainer(model=HuggingFaceModel(model, tokenizer), train_dataloader=loader,
+                              max_duration="1ep", fsdp_config=fsdp_config)
+            trainer.fit()
+            """,
+            target={"torch": "2.4"},
+            line=7,
+        ),
+        # torch 2.0 refuses the mixed units even with Composer's use_orig_params=True (pytorch#100945).
+        Invalid(
+            """
+            from composer import Trainer
+            from composer.models import HuggingFaceModel
+            from peft import LoraConfig, get_peft_model
+
+            def build(base, tokenizer, r):
+                return HuggingFaceModel(get_peft_model(base, LoraConfig(r=r, target_modules=["q_proj"])), tokenizer)
+
+            Trainer(model=build(base, tokenizer, 8), fsdp_config={"sharding_strategy": "FULL_SHARD"}).fit()
+            """,
+            target={"torch": "2.0"},
+            line=8,
+        ),
+    ]
+    VALID += [
+        Valid(
+            """
+            from composer import Trainer
+            from composer.models import HuggingFaceModel
+            from peft import LoraConfig, get_peft_model
+
+            model = HuggingFaceModel(get_peft_model(base, LoraConfig(r=16, target_modules=["Wqkv"])), tokenizer)
+            Trainer(model=model, fsdp_config={"sharding_strategy": "FULL_SHARD"}).fit()
+            """,
+            target={"torch": "2.4"},
+        ),
+        # fsdp_config=None: Composer trains without FSDP.
+        Valid(
+            """
+            from composer import Trainer
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(base, LoraConfig(r=16, target_modules=["Wqkv"]))
+            Trainer(model=model, fsdp_config=None).fit()
+            """,
+            target={"torch": "2.0"},
+        ),
+    ]
+
     AUDIT_VALID = [
         spec(fsdp={"version": 1, "auto_wrap_policy": "peft"}),
         spec(fsdp={"version": 1, "use_orig_params": True}),
@@ -517,61 +687,45 @@ class Fsdp1MixedRequiresGrad(Rule):
                 )
 
     def _check_launch(self, ctx, tv) -> None:
-        """accelerate FSDP1 with a named policy: `accelerator.prepare` of a LoRA model mixes units."""
+        """A framework's FSDP1 wrap (`accelerator.prepare`, the Trainer's `train()`, trl's trainers) of a LoRA
+        model, with the job's plan (analysis/framework.py): a policy that keeps LoRA leaves out of units of their
+        own and use_orig_params=False (or torch 2.0) mixes frozen and trainable parameters in one unit."""
         a = ctx.analysis
-        launch = getattr(a, "launch", None)
-        if launch is None or launch.fsdp_version != 1:
+        torch20 = tv < "2.1"
+        for fw in framework_wraps(a, ctx):
+            if fw.version != 1 or fw.policy != "mixing":
+                continue
+            if fw.orig is True and not torch20:
+                continue
+            lora = trainable_lora_before(a, fw)
+            if not lora:
+                continue
+            undecided = list(fw.undecided)
+            if all(e.data.get("open") for e in lora):
+                e = lora[0]
+                undecided.append(f"whether {e.data['open']}= of the trainer (line {ctx.line(e.node)}) is a LoRA config "
+                                 f"on this launch (its value is not followed to where it is built)")
+            if fw.orig is None and not torch20 and not fw.orig_open:
+                continue  # use_orig_params cannot be read and nothing to declare decides it
+            if torch20:
+                msg = (f"{fw.wrapper} wraps this LoRA model with FSDP1 and {fw.policy_text}; on {tv.describe()} "
+                       f"a unit mixing frozen and trainable parameters fails even with use_orig_params=True "
+                       f"(\"FlatParameter requires uniform requires_grad\", pytorch#100945). Upgrade to torch >= "
+                       f"2.1, or wrap with peft's fsdp_auto_wrap_policy(model).")
+            else:
+                fix = {"accelerate": "set fsdp_use_orig_params: true (or use_orig_params in fsdp_config)",
+                       "composer": "drop use_orig_params=False from fsdp_config (Composer's default is True)"}.get(
+                    fw.plan_by, "pass fsdp_config={\"use_orig_params\": true} (or upgrade transformers)")
+                msg = (f"{fw.wrapper} wraps this LoRA model with FSDP1, {fw.orig_text} and {fw.policy_text}: "
+                       f"each unit flattens frozen base weights and trainable LoRA weights into one FlatParameter, "
+                       f"and wrapping raises \"ValueError: ... has both parameters with requires_grad=True and "
+                       f"False\". Set the plugin's auto_wrap_policy to peft's fsdp_auto_wrap_policy(model) before "
+                       f"the wrap, or {fix}.")
+            msg += declare_hint(fw, undecided)
+            severity = Severity.WARNING if undecided else None
+            where = fw.setting if fw.by != "composer" else None  # (Composer's settings are the call's own)
+            ctx.report_setting(where, msg, fallback=fw.node, severity=severity, rests_on=fw.rests_on)
             return
-        if a.calls("Trainer") and behaviour.holds("trainer_peft_wrap_policy", ctx.version("transformers")) is not False:
-            return  # the Trainer switches PEFT models to peft's policy itself (transformers >= 4.39)
-        if a.calls("peft_fsdp_auto_wrap_policy"):
-            return  # the script hands peft's policy to the plugin (`fsdp_plugin.auto_wrap_policy = ...`)
-        policy = launch.get("auto_wrap_policy")
-        if str(policy.value if policy is not None else "NO_WRAP").strip().upper() not in _MIXING_LAUNCH_POLICIES:
-            return
-        uop = launch.get("use_orig_params")
-        orig = _truthy(uop.value) if uop is not None else use_orig_params_default("accelerate")
-        if orig is None or (orig and not tv < "2.1"):
-            return
-        trainers = a.calls("Trainer")
-        if trainers:
-            # An old Trainer prepares the PEFT model with the launch config's policy as it is.
-            tfv = ctx.version("transformers")
-            for t in a.timelines:
-                for step in t.steps:
-                    call = step.call
-                    if call is None or call.api != "Trainer":
-                        continue
-                    if not any(e.seq < step.order and _trains_adapter(a, e) for e in t.of("lora")):
-                        continue
-                    ctx.report_setting(
-                        uop or policy,
-                        f"The Trainer prepares this LoRA model with FSDP1, use_orig_params=false and a policy that "
-                        f"puts frozen base weights and trainable LoRA weights in one unit; {tfv.describe()} does not "
-                        f"switch PEFT models to peft's fsdp_auto_wrap_policy (transformers >= 4.39 does), so "
-                        f"wrapping raises \"ValueError: ... has both parameters with requires_grad=True and False\". "
-                        f"Upgrade transformers, or set fsdp_use_orig_params: true.",
-                        fallback=call.node,
-                        rests_on=("trainer_peft_wrap_policy",),
-                    )
-                    return
-            return
-        for t in a.timelines:
-            for p in t.of("prepare"):
-                if p.entity is None or not [e for e in t.before(p, ("lora",)) if _trains_adapter(a, e)]:
-                    continue
-                if tv < "2.1":
-                    msg = (f"accelerate wraps this LoRA model with FSDP1 and a policy that puts frozen and trainable "
-                           f"parameters in one unit; on {tv.describe()} that fails even with use_orig_params=True "
-                           f"(pytorch#100945). Upgrade to torch >= 2.1, or wrap with peft's fsdp_auto_wrap_policy.")
-                else:
-                    msg = ("accelerate wraps this LoRA model with FSDP1, use_orig_params=false and a policy that "
-                           "puts frozen base weights and trainable LoRA weights in one unit: wrapping raises "
-                           "\"ValueError: ... has both parameters with requires_grad=True and False\". Set "
-                           "fsdp_use_orig_params: true, or set the plugin's auto_wrap_policy to peft's "
-                           "fsdp_auto_wrap_policy(model) before prepare.")
-                ctx.report_setting(uop or policy, msg, fallback=p.node)
-                return
 
     def _check_lightning(self, ctx, tv) -> None:
         """Lightning's FSDPStrategy (Fabric / Trainer `strategy=`) is the FSDP1 wrap: its auto_wrap_policy
@@ -836,12 +990,3 @@ def _orig_params_fix(ctx, call):
         return None
     last = call.node.args[-1].value
     return unsafe("Set use_orig_params=True", Replace(last, ctx.code(last) + ", use_orig_params=True"))
-
-
-def _truthy(v):
-    """True/False for YAML or Python booleans, None when unknown."""
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
-        return v.strip().lower() in ("true", "1", "yes")
-    return None

@@ -1,6 +1,7 @@
 from fsdplint import behaviour
 from fsdplint.audit.examples import spec
 from fsdplint.analysis import QName
+from fsdplint.analysis.framework import FRAMEWORK_WRAP_KINDS, declare_hint, framework_wraps
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, unsafe
 from fsdplint.resolve import dotted
@@ -29,7 +30,10 @@ class MixedDtypeUnit(Rule):
     (all parameters on torch releases before pytorch#154103).
     In scripts, it flags `get_peft_model` on a model loaded in bf16/fp16 (peft keeps the adapters in float32)
     that is then wrapped without a cast: with FSDP1 under a class/size-based policy, and with FSDP2 on torch
-    releases before pytorch#154103.
+    releases before pytorch#154103. A framework's FSDP1 wrap counts with the job's plan
+    (`fsdplint/analysis/framework.py`): `accelerator.prepare` under a named accelerate policy, the Trainer's
+    `train()` before transformers 4.39 (from 4.39 it gives a PEFT model peft's policy, whose LoRA units are
+    separate).
 
     ## Why is this bad?
     peft's `get_peft_model(autocast_adapter_dtype=True)` keeps LoRA weights in float32 next to a bfloat16
@@ -249,9 +253,46 @@ class MixedDtypeUnit(Rule):
         ),
     ]
 
+    # The Trainer's wrap (analysis/framework.py): before transformers 4.39 it kept the launch's policy for a PEFT
+    # model, so a decoder layer's bf16 base and fp32 LoRA weights were one FlatParameter; from 4.39 peft's policy
+    # gives the LoRA leaves units of their own.
+    INVALID += [
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+            from peft import LoraConfig, get_peft_model
+
+            def build(name):
+                base = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+                return get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj"]))
+
+            model = build(args.model)
+            trainer = Trainer(model=model, args=TrainingArguments(output_dir="o", fsdp="full_shard auto_wrap"))
+            trainer.train()
+            """,
+            target={"transformers": "4.38.2", "torch": "2.4", "peft": "0.13.0"},
+            line=7,
+        ),
+    ]
+    VALID += [
+        Valid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+            from peft import LoraConfig, get_peft_model
+            base = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+            model = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj"]))
+            Trainer(model=model, args=TrainingArguments(output_dir="o", fsdp="full_shard auto_wrap")).train()
+            """,
+            target={"transformers": "4.39.0", "torch": "2.4", "peft": "0.13.0"},
+        ),
+    ]
+
     def check(self, ctx) -> None:
         a = ctx.analysis
         tv = ctx.version("torch")
+        plans = {id(fw.event): fw for fw in framework_wraps(a, ctx)}
         for t in a.timelines:
             for lora in t.of("lora"):
                 call = lora.call
@@ -264,18 +305,25 @@ class MixedDtypeUnit(Rule):
                 load, dtype = _half_load(a, t, lora)
                 if load is None:
                     continue
-                wraps = t.after(lora, ("wrap1", "shard2", "prepare"))
-                wraps = [w for w in wraps if w.kind != "prepare" or _launch_mixes(ctx, a)]
+                wraps = t.after(lora, ("wrap1", "shard2") + FRAMEWORK_WRAP_KINDS)
+                wraps = [w for w in wraps if w.kind in ("wrap1", "shard2") or (
+                    id(w) in plans and plans[id(w)].version == 1 and plans[id(w)].policy == "mixing"
+                    and plans[id(w)].by != "composer")]  # (Composer's mixed precision was not read)
                 if not wraps or _cast_between(a, t, lora, wraps[0]):
                     continue
                 w = wraps[0]
                 escapes = getattr(t, "escapes", None)
                 if escapes is not None and escapes(lora.entity, w):
                     continue
-                if w.kind == "prepare":
-                    wrap = f"accelerator.prepare under FSDP1 ({_launch_why(a)})"
+                severity, hint, rests = None, "", ("peft_autocast_adapter_dtype",)
+                if w.kind in FRAMEWORK_WRAP_KINDS:
+                    fw = plans[id(w)]
+                    wrap = f"{fw.wrapper} under FSDP1 ({fw.policy_text})"
                     consequence = ("FSDP1 flattens each unit into one FlatParameter and raises \"Must flatten tensors "
                                    "with uniform dtype but got torch.bfloat16 and torch.float32\".")
+                    hint = declare_hint(fw)
+                    severity = Severity.WARNING if fw.undecided else None
+                    rests += fw.rests_on
                 elif w.kind == "shard2":
                     if not tv < FROZEN_DTYPES_RELAXED_IN:
                         continue
@@ -294,7 +342,7 @@ class MixedDtypeUnit(Rule):
                     dtype=dtype, load_line=ctx.line(load.node), wrap=wrap, wrap_line=ctx.line(w.node),
                     consequence=consequence, dtype_src=src or f"torch.{dtype}",
                 )
-                ctx.report(call.node, msg, fix=_cast_fix(call, src), rests_on=("peft_autocast_adapter_dtype",))
+                ctx.report(call.node, msg + hint, fix=_cast_fix(call, src), severity=severity, rests_on=rests)
 
     def audit(self, ctx):
         plan = ctx.plan
@@ -351,34 +399,6 @@ def _half_load(a, t, lora):
             return call, HALF[name]
         return None, None
     return None, None
-
-
-# accelerate FSDP1 policies that put a block's LoRA and base weights in one unit (NO_WRAP: all in the root).
-_MIXING_LAUNCH_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
-
-
-def _launch_mixes(ctx, a) -> bool:
-    """`accelerator.prepare` wraps with FSDP1 and a launch-config policy that mixes LoRA and base weights in
-    one unit: the plugin's policy is not replaced by peft's (neither by the script nor by a Trainer of
-    transformers >= 4.39, which does it for PEFT models). accelerate's default policy is the transformer one."""
-    launch = getattr(a, "launch", None)
-    if launch is None or launch.fsdp_version != 1:
-        return False
-    if a.calls("peft_fsdp_auto_wrap_policy"):
-        return False
-    if a.calls("Trainer") and behaviour.holds("trainer_peft_wrap_policy", ctx.version("transformers")) is not False:
-        return False
-    policy = launch.get("auto_wrap_policy")
-    value = policy.value if policy is not None else "TRANSFORMER_BASED_WRAP"
-    return str(value).strip().upper() in _MIXING_LAUNCH_POLICIES
-
-
-def _launch_why(a) -> str:
-    launch = a.launch
-    policy = launch.get("auto_wrap_policy")
-    src = getattr(launch, "source", None)
-    name = str(policy.value).strip().upper() if policy is not None else "TRANSFORMER_BASED_WRAP, accelerate's default"
-    return f"{name}{f', {src}' if src else ''}"
 
 
 def _cast_between(a, t, lora, wrap) -> bool:

@@ -11,7 +11,8 @@ The package: `records` (steps, events, refs), `timeline` (one program's order an
 `builder` (from collector records to timelines), `classes` (a class's methods as one program),
 `linking` (calls into other modules of the project, run as if inlined), `index` (the project: its root,
 imports between its modules, per-file fact sheets), `cache` (fact sheets on disk by content hash),
-`values` (constants of expressions), `paths` (branch exclusivity, rank guards), `script`
+`values` (constants of expressions), `paths` (branch exclusivity, rank guards), `framework` (the FSDP wrap
+accelerate's prepare, the HF/trl trainers or Composer do, with the job's plan), `script`
 (`ScriptAnalysis`, the facade rules use).
 """
 

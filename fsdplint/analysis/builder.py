@@ -361,6 +361,10 @@ class Builder(Classes, Linking):
             self._bind_result(t, step, call)
             for ev in self._library_effects(t, step, call):
                 t.events.append(ev)
+            if call.api in ("Trainer", "composer_Trainer"):
+                ev = self._trainer_wrap(t, step, call)
+                if ev is not None:
+                    t.events.append(ev)
 
     def _library_effects(self, t: Timeline, step: Step, call: Call) -> list[Event]:
         """What the library call does to the model beyond its name (apis.CALL_EFFECTS), as the events the
@@ -370,27 +374,65 @@ class Builder(Classes, Linking):
         effects = CALL_EFFECTS.get(call.api or "", ()) + (
             CALL_EFFECTS.get("trl." + q.rsplit(".", 1)[-1], ()) if q.startswith("trl.") else ())
         targets = self.result_targets(call)
-        if not effects or len(targets) != 1:
+        if not effects:
             return []
-        target = dotted(targets[0])
-        if target is None:
-            return []
+        target = dotted(targets[0]) if len(targets) == 1 else None
         out = []
         for kind, on, cond, key in effects:
             if not self._effect_applies(call, cond):
                 continue
             if on == "result":
+                if target is None:
+                    continue
                 r = Ref(self._target_key(step, target), False)
             else:  # "result.model": the returned object's model, the one passed as `model=`
-                r = self.ref(cst.parse_expression(f"{target}.model"), step)
+                r = self._trainer_model(t, step, call)
                 if r is None:
                     continue
-                given = self.ref(call.arg(0, "model"), step)
-                if given is not None and not given.child:
-                    t.uf.union(r.key, given.key)
             t.model_keys.add(r.key)
-            out.append(Event(kind, step, r, {"by": call.qualname or call.api, "behaviour": key, "implicit": True}, t))
+            data = {"by": call.qualname or call.api, "behaviour": key, "implicit": True}
+            open_ = self._effect_open(call, cond)
+            if open_:
+                data["open"] = open_  # the keyword whose value is not known: it may be None (no effect)
+            out.append(Event(kind, step, r, data, t))
         return out
+
+    def _trainer_wrap(self, t: Timeline, step: Step, call: Call) -> Optional[Event]:
+        """`Trainer(model=...)` (transformers', trl's): the trainer that wraps the model with the job's FSDP plan
+        when it trains (`accelerator.prepare` inside `train()`), after what its own construction did to the
+        model (trl's `peft_config=`). An event on the trainer's model, after the construction's own events;
+        analysis/framework.py says with which plan (an event, not a wrap: without FSDP in the job it is nothing)."""
+        r = self._trainer_model(t, step, call)
+        if r is None:
+            return None
+        return Event("trainer_wrap", step, r, {"by": call.qualname or call.api, "api": call.api}, t)
+
+    def _trainer_model(self, t: Timeline, step: Step, call: Call) -> Optional[Ref]:
+        """The model of the trainer `call` builds: `<name>.model` of the name it is bound to, one object with the
+        `model=` it is given; a trainer nobody names (`SFTTrainer(model="org/name", ...).train()`) has a model
+        of its own, named by the call."""
+        targets = self.result_targets(call)
+        target = dotted(targets[0]) if len(targets) == 1 else None
+        r = self.ref(cst.parse_expression(f"{target}.model"), step) if target else None
+        given = self.ref(call.arg(0, "model"), step)
+        if r is None and given is not None and not given.child:
+            return given
+        if r is None:
+            return Ref(step.key(f"__trainer_model_{call.seq}__"), False)
+        if given is not None and not given.child:
+            t.uf.union(r.key, given.key)
+        return r
+
+    def _effect_open(self, call: Call, cond: tuple) -> Optional[str]:
+        """The keyword of a ("given", keyword) condition whose value cannot be read (`peft_config=peft_config`
+        returned by a helper that leaves it None on some paths): the effect may not happen."""
+        if cond[0] == "all":
+            return next((k for k in (self._effect_open(call, c) for c in cond[1:]) if k), None)
+        if cond[0] == "given":
+            expr = self.keyword(call, cond[1])
+            if expr is not None and expr is not UNKNOWN and self.may_be_none(expr, call.scope):
+                return cond[1]
+        return None
 
     def _effect_applies(self, call: Call, cond: tuple) -> bool:
         if cond[0] == "all":

@@ -22,6 +22,8 @@ SAME_MODEL_APIS = {
     "prepare_model_for_kbit_training": (0, "model"),
     "PeftModel_from_pretrained": (0, "model"),
     "torch_compile": (0, "model"),
+    # Composer's HuggingFaceModel(model, tokenizer) keeps the model as `self.model` and trains it as it is.
+    "composer_HuggingFaceModel": (0, "model"),
 }
 SAME_MODEL_METHODS = {"to", "cuda", "half", "bfloat16", "float", "requires_grad_", "train", "eval", "to_empty"}
 

@@ -158,6 +158,51 @@ class Values:
             out.add(QName(f"{owner.name}.{name}") if isinstance(name, str) and name.isidentifier() else UNKNOWN)
         return _capped(out)
 
+    def may_be_none(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], depth: int = 0) -> bool:
+        """Whether `expr` may hold None on some path the known values leave open: a config object built by a
+        call (`LoraConfig(...)`) is not None; `peft_config = None` then `if args.use_lora: peft_config = ...`
+        may be, unless the launch decides the branch; a parameter, an attribute or another call's result is
+        not known (True). Follows a tuple a helper of this file returns (`model, cfg = build(args)`)."""
+        if expr is None or depth > 6:
+            return True
+        if isinstance(expr, cst.Name):
+            if expr.value == "None":
+                return True
+            if expr.value in ("True", "False"):
+                return False
+            for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+                vals = s.assigns.get(expr.value)
+                if vals:
+                    live = self._live_assignments(vals) if self.env is not None else vals
+                    if not live:
+                        return True
+                    return any(self._may_be_none_bound(v, s, expr.value, depth) for _, v in live)
+                if s is not self.c.module_scope and expr.value in s.params:
+                    return True
+            return True
+        if isinstance(expr, cst.IfExp):
+            t = self.truth(expr.test, scope, depth + 1)
+            return ((True in t or UNKNOWN in t) and self.may_be_none(expr.body, scope, depth + 1)) or (
+                (False in t or UNKNOWN in t) and self.may_be_none(expr.orelse, scope, depth + 1))
+        if isinstance(expr, cst.Call):
+            q = self.resolver.qualify(expr.func) or ""
+            # A library class builds an object; a function (a project helper, trl's get_peft_config) may return None.
+            return not q.rsplit(".", 1)[-1][:1].isupper()
+        if isinstance(expr, (cst.Dict, cst.List, cst.Tuple, cst.SimpleString, cst.Integer, cst.Float)):
+            return False
+        return True
+
+    def _may_be_none_bound(self, v: cst.BaseExpression, s: Scope, name: str, depth: int) -> bool:
+        if isinstance(v, cst.Name) and v.value == name:
+            # `cfg` unpacked from a helper's returned tuple (collect._bind binds the returned element itself):
+            # read it in the helper's own scope.
+            for fn in self.c.functions.values():
+                for r in fn.returns:
+                    if isinstance(r, cst.Tuple) and any(el.value is v for el in r.elements):
+                        return self.may_be_none(v, fn, depth + 1)
+            return True
+        return self.may_be_none(v, s, depth + 1)
+
     def binding(self, name: str, scope: Optional[Scope]) -> Optional[cst.BaseExpression]:
         """The single expression bound to `name` (in `scope`, else at module level), if unique.
 
