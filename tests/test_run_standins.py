@@ -193,3 +193,12 @@ def test_a_missing_module_the_job_imports_says_what_to_install():
     other = raised_message("RuntimeError: element 0 of tensors does not require grad", "FSDP105")
     assert other == ("the job raises `RuntimeError: element 0 of tensors does not require grad` "
                      "(see `fsdplint rule FSDP105`)")
+
+
+def test_a_raised_text_that_quotes_itself_keeps_its_first_clause_whole():
+    from fsdplint.output.short import _first_clause, sentences
+    from fsdplint.run.report import raised_message
+
+    text = "ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`"
+    msg = raised_message(text, "FSDP004")
+    assert _first_clause(sentences(msg)[0]) == f'the job raises "{text}" (see `fsdplint rule FSDP004`)'

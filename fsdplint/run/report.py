@@ -83,7 +83,8 @@ def raised_message(text: str, code: str) -> str:
     """What the job raised, quoted whole (its own `:` is not where the short form cuts), and for a
     module the job imports but this environment lacks, what to install: the cluster's environment may
     have it, the dry run's does not."""
-    message = f"the job raises `{text}`" + ("" if code == JOB_RAISED else f" (see `fsdplint rule {code}`)")
+    quote = next((q for q in "`\"" if q not in text), "")  # a quote the text does not itself use
+    message = f"the job raises {quote}{text}{quote}" + ("" if code == JOB_RAISED else f" (see `fsdplint rule {code}`)")
     missing = re.match(r"ModuleNotFoundError: No module named '([^']+)'", text)
     if missing:
         top = missing.group(1).split(".")[0]
