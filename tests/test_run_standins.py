@@ -202,3 +202,15 @@ def test_a_raised_text_that_quotes_itself_keeps_its_first_clause_whole():
     text = "ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`"
     msg = raised_message(text, "FSDP004")
     assert _first_clause(sentences(msg)[0]) == f'the job raises "{text}" (see `fsdplint rule FSDP004`)'
+
+
+def test_a_dataset_loaded_whole_has_the_splits_the_job_reads(tmp_path):
+    path = _module(tmp_path, """
+        from datasets import load_dataset
+        raw = load_dataset("org/glue", "mrpc")
+        train, evaluation = raw["train"], raw["validation"]
+        tok = lambda b: b["sentence1"]
+    """)
+    ds = standins.standin_dataset("org/glue", None, ["sentence1"], path)
+    assert set(ds) == {"train", "test", "validation"}
+    assert set(standins.standin_dataset("org/other", None, ["text"], None)) == {"train", "test"}

@@ -13,7 +13,8 @@ otherwise fail for lack of network or of a GPU-only package, and every one is sa
   functions subscript (`sample["dialogue"]`), the names it gives `remove_columns` and the column a
   `rename_column` reads (not the one it makes); and from its configuration: the values of `*column*` / `*field*` options on its
   command line and keys in the YAML/JSON files the command line names (a recipe's `columns:
-  [messages]`). With none, a `text` column (what `SFTTrainer` and language-modelling jobs read
+  [messages]`). Loaded whole (no `split`), it has `train`, `test` and the other split names the job
+  subscripts (`raw["validation"]`). With none, a `text` column (what `SFTTrainer` and language-modelling jobs read
   without naming it). `messages` holds chat turns,
   `label`-like columns hold integers, the rest hold text.
 - `evaluate.load("glue", "mrpc")` (a hub metric) not cached: a metric of the same name whose
@@ -227,6 +228,19 @@ def columns_read_by(path: str) -> list[str]:
     return columns
 
 
+def splits_read_by(path: str) -> list[str]:
+    """The split names a module subscripts (`raw["validation"]`): a dataset loaded whole gets those
+    splits, as the hub copy would have them."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found = [n.slice.value for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+             and isinstance(n.slice, ast.Constant) and n.slice.value in _SPLITS]
+    return list(dict.fromkeys(found))
+
+
 def _is_column_key(key) -> bool:
     key = str(key).lower().lstrip("-")
     return "column" in key or key.endswith("_field") or key == "field"
@@ -303,7 +317,8 @@ def standin_dataset(name: str, split, columns: list[str], caller=None):
     where = f" (read from {os.path.basename(caller)})" if caller and columns != ["text"] else ""
     _note(f"dataset {name} not cached: used a {ROWS}-row stand-in with columns {', '.join(columns)}{where}")
     if split is None:
-        return DatasetDict({s: Dataset.from_dict(rows) for s in ("train", "test")})
+        splits = ["train", "test"] + [s for s in (splits_read_by(caller) if caller else []) if s not in ("train", "test")]
+        return DatasetDict({s: Dataset.from_dict(rows) for s in splits})
     if isinstance(split, (list, tuple)):
         return [Dataset.from_dict(rows) for _ in split]
     return Dataset.from_dict(rows)
