@@ -161,3 +161,18 @@ def test_uncached_hub_tokenizer_and_dataset_get_stand_ins_and_the_report_says_so
             "completion (read from hub_data_standins.py)") in p.stdout
     # flash-attention: the twin computes attention with sdpa on the CPU, and the report says so
     assert "flash_attention" in p.stdout and "sdpa" in p.stdout, p.stdout
+
+
+def test_fsdp1_orig_params_ranks_without_elements_of_an_adapter_are_not_missing_its_gradient(workdir):
+    # FSDP1 with use_orig_params=True: on each rank, the adapters none of whose elements are in its shard
+    # are empty views whose gradient stays None by design; the step check must not call them untrained.
+    # The same job with a loss that skips the second layer still has its untrained adapters named.
+    job = workdir / "fsdp1_orig_params_mixed_unit.py"
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "8", job.name)
+    assert p.returncode == 0, p.stdout + p.stderr
+    found = json.loads(p.stdout)
+    assert [f for f in found if f["severity"] != "info"] == [], found
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "8", job.name, "--detach-second-layer")
+    found = json.loads(p.stdout)
+    no_grad = [f for f in found if f["code"] == "FSDP504"]
+    assert no_grad and all("layers.1." in f["message"] and "layers.0." not in f["message"] for f in no_grad), found

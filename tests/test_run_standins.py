@@ -139,3 +139,78 @@ def test_a_mistyped_local_path_is_not_taken_for_a_hub_id(tmp_path, monkeypatch):
     with pytest.raises((OSError, ValueError)):  # a local directory without a tokenizer: the job's own error, as on the cluster
         AutoTokenizer.from_pretrained("models/llama-empty")
     assert standins._is_local("models/llama-typo") and not standins._is_local("meta-llama/Llama-2-7b-hf")
+
+
+def test_standin_metric_reports_the_keys_of_the_metric_it_stands_for():
+    torch = pytest.importorskip("torch")
+    mrpc = standins.standin_metric("glue", "mrpc")
+    # an evaluation loop's shape: batches of tensors, then one compute()
+    mrpc.add_batch(predictions=torch.tensor([1, 0, 1]), references=torch.tensor([1, 0, 0]))
+    mrpc.add_batch(predictions=torch.tensor([1]), references=torch.tensor([1]))
+    assert mrpc.compute() == {"accuracy": 0.75, "f1": 0.8}
+    assert mrpc.compute() is None  # compute() empties it, as the real metric does
+    cola = standins.standin_metric("glue", "cola")
+    assert cola.compute(predictions=[1, 0, 1, 0], references=[1, 0, 1, 0]) == {"matthews_correlation": 1.0}
+    stsb = standins.standin_metric("glue", "stsb").compute(predictions=[0.1, 0.4, 0.9], references=[1.0, 2.0, 3.0])
+    assert set(stsb) == {"pearson", "spearmanr"} and stsb["spearmanr"] == pytest.approx(1.0)
+    acc = standins.standin_metric("some-org/my_metric")
+    acc.add(prediction=2, reference=2)
+    acc.add(prediction=0, reference=1)
+    assert acc.compute() == {"accuracy": 0.5}
+    assert any(n.startswith("metric glue (mrpc) not cached: used a stand-in computing accuracy, f1")
+               for n in standins.NOTES)
+
+
+def test_without_evaluate_installed_nothing_is_patched_and_the_job_import_fails_as_usual(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "evaluate", None)  # `import evaluate` raises ImportError
+    standins._metrics()  # must not raise: the job's own import reports the missing package
+    with pytest.raises(ImportError):
+        import evaluate  # noqa: F401
+
+
+def test_evaluate_load_of_an_uncached_hub_metric_gets_the_standin(monkeypatch, tmp_path):
+    evaluate = pytest.importorskip("evaluate")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(evaluate, "load", evaluate.load)  # restored after the test
+    standins._metrics()
+    metric = evaluate.load("glue", "mrpc")
+    assert isinstance(metric, standins.StandinMetric) and metric.keys == ("accuracy", "f1")
+    with pytest.raises(Exception):
+        evaluate.load("./metrics/missing_metric.py")  # a local path the job names is its own error
+
+
+def test_a_missing_module_the_job_imports_says_what_to_install():
+    from fsdplint.output.short import sentences
+    from fsdplint.run.errors import JOB_RAISED
+    from fsdplint.run.report import raised_message
+
+    msg = raised_message("ModuleNotFoundError: No module named 'evaluate.loading'", JOB_RAISED)
+    assert msg.startswith("the job raises `ModuleNotFoundError: No module named 'evaluate.loading'`")
+    assert sentences(msg)[-1].startswith("Install `evaluate` in the environment fsdplint runs in")
+    other = raised_message("RuntimeError: element 0 of tensors does not require grad", "FSDP105")
+    assert other == ("the job raises `RuntimeError: element 0 of tensors does not require grad` "
+                     "(see `fsdplint rule FSDP105`)")
+
+
+def test_a_raised_text_that_quotes_itself_keeps_its_first_clause_whole():
+    from fsdplint.output.short import _first_clause, sentences
+    from fsdplint.run.report import raised_message
+
+    text = "ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`"
+    msg = raised_message(text, "FSDP004")
+    assert _first_clause(sentences(msg)[0]) == f'the job raises "{text}" (see `fsdplint rule FSDP004`)'
+
+
+def test_a_dataset_loaded_whole_has_the_splits_the_job_reads(tmp_path):
+    path = _module(tmp_path, """
+        from datasets import load_dataset
+        raw = load_dataset("org/glue", "mrpc")
+        train, evaluation = raw["train"], raw["validation"]
+        tok = lambda b: b["sentence1"]
+    """)
+    ds = standins.standin_dataset("org/glue", None, ["sentence1"], path)
+    assert set(ds) == {"train", "test", "validation"}
+    assert set(standins.standin_dataset("org/other", None, ["text"], None)) == {"train", "test"}

@@ -8,7 +8,8 @@ extracted at run time from a local bare clone under `--repos DIR/owner+name` (as
 does) and launched as its README says, the model path flag naming the tiny model directory; without
 `--repos` such a case is skipped. Every other case directory is copied to a fresh temporary directory with a model directory written there
 (config.json and a tokenizer; no weights) and run with the `fsdplint` command line (never imported).
-Wall time and the peak memory of the run (its largest process) are recorded per case.
+Wall time and the peak memory of the run (its largest process: the run or one of its simulated
+ranks) are recorded per case.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import re
 import shlex
 import shutil
 import subprocess
@@ -47,6 +48,14 @@ HUB_CONFIGS = {
                        intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                        vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, dtype="bfloat16"),
 }
+
+
+# Runs its arguments as a child and writes the largest resident set of that child and every process it
+# waited for (ru_maxrss of RUSAGE_CHILDREN, in KiB on Linux).
+_PEAK = ("import resource, subprocess, sys\n"
+         "r = subprocess.run(sys.argv[1:])\n"
+         "sys.stderr.write('\\n@@peak_kib %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+         "sys.exit(r.returncode)\n")
 
 
 def write_model(d: Path, sizes: dict) -> None:
@@ -115,10 +124,13 @@ def run_case(case: dict, repos: Path | None = None) -> dict:
         if case.get("world_size"):
             cmd += ["--world-size", str(case["world_size"])]
         started = time.perf_counter()
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        p = subprocess.run([*cmd, "--", *words], cwd=run_in, env=env, capture_output=True, text=True, timeout=900)
+        # Through a fresh parent per case, so the peak is this case's largest process (the run or one of
+        # its ranks), not the largest of the whole benchmark so far.
+        p = subprocess.run([sys.executable, "-c", _PEAK, *cmd, "--", *words], cwd=run_in, env=env,
+                           capture_output=True, text=True, timeout=900)
         seconds = time.perf_counter() - started
-        peak = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024
+        marks = re.findall(r"^@@peak_kib (\d+)$", p.stderr, re.M)
+        peak = int(marks[-1]) / 1024 if marks else 0.0
         try:
             found = json.loads(p.stdout)
         except ValueError:

@@ -35,8 +35,12 @@ def step_checks(model, optimizer, checkpointing: dict) -> list[dict]:
         return []  # the optimizer holds stale tensors: FSDP102 says it, with the same params
     trainable = [r for r in scan.params if r.trainable]
     missing = [r.fqn for r in trainable if id(r.param) not in held]
+    # Under FSDP1 with use_orig_params=True a parameter none of whose elements fall in this rank's shard
+    # is an empty view there, and its gradient stays None on that rank by design: only the parameters
+    # this rank holds elements of can show a missing gradient.
+    local = [r for r in trainable if id(r.param) in held and r.param.numel() > 0]
     # An expert that no token was routed to gets no gradient in one step on a few tokens: not a finding.
-    no_grad = [r.fqn for r in trainable if id(r.param) in held and r.param.grad is None and "expert" not in r.fqn]
+    no_grad = [r.fqn for r in local if r.param.grad is None and "expert" not in r.fqn]
     out = []
     if missing:
         out.append(make_finding(
@@ -44,7 +48,7 @@ def step_checks(model, optimizer, checkpointing: dict) -> list[dict]:
                        f"{'is' if len(missing) == 1 else 'are'} not in the optimizer: the first step leaves "
                        f"{'it' if len(missing) == 1 else 'them'} unchanged, and every later one too. Build the optimizer "
                        "from model.parameters() after get_peft_model() and the wrap."))
-    if no_grad and len(no_grad) == len([r for r in trainable if id(r.param) in held]) \
+    if no_grad and len(no_grad) == len(local) \
             and checkpointing.get("reentrant"):
         out.append(make_finding(
             "FSDP105", f"no gradient reached any of the {_count(len(no_grad), 'trainable parameter')} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import TextIO
 
 from fsdplint.findings import Finding, Position
@@ -48,8 +49,7 @@ def findings(result: RunResult) -> list[Finding]:
         exc = d.get("exception")
         if exc:
             code = exc.get("code") or JOB_RAISED
-            f = make_finding(code, f"the job raises {exc['text']}"
-                             + ("" if code == JOB_RAISED else f" (see `fsdplint rule {code}`)"))
+            f = make_finding(code, raised_message(exc["text"], code))
             frame = exc.get("frame")
             if frame:
                 f.filename, f.start, f.end = _display(frame[0]), Position(frame[1], 1), Position(frame[1], 1)
@@ -77,6 +77,20 @@ def findings(result: RunResult) -> list[Finding]:
         f.message += f" [rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} of {result.world_size}]"
         out.append(f)
     return out
+
+
+def raised_message(text: str, code: str) -> str:
+    """What the job raised, quoted whole (its own `:` is not where the short form cuts), and for a
+    module the job imports but this environment lacks, what to install: the cluster's environment may
+    have it, the dry run's does not."""
+    quote = next((q for q in "`\"" if q not in text), "")  # a quote the text does not itself use
+    message = f"the job raises {quote}{text}{quote}" + ("" if code == JOB_RAISED else f" (see `fsdplint rule {code}`)")
+    missing = re.match(r"ModuleNotFoundError: No module named '([^']+)'", text)
+    if missing:
+        top = missing.group(1).split(".")[0]
+        message += (f": the job imports `{missing.group(1)}`, which is not installed where the dry run runs. "
+                    f"Install `{top}` in the environment fsdplint runs in to take the job past this import")
+    return message
 
 
 def _last(d: dict) -> str:

@@ -13,9 +13,15 @@ otherwise fail for lack of network or of a GPU-only package, and every one is sa
   functions subscript (`sample["dialogue"]`), the names it gives `remove_columns` and the column a
   `rename_column` reads (not the one it makes); and from its configuration: the values of `*column*` / `*field*` options on its
   command line and keys in the YAML/JSON files the command line names (a recipe's `columns:
-  [messages]`). With none, a `text` column (what `SFTTrainer` and language-modelling jobs read
+  [messages]`). Loaded whole (no `split`), it has `train`, `test` and the other split names the job
+  subscripts (`raw["validation"]`). With none, a `text` column (what `SFTTrainer` and language-modelling jobs read
   without naming it). `messages` holds chat turns,
   `label`-like columns hold integers, the rest hold text.
+- `evaluate.load("glue", "mrpc")` (a hub metric) not cached: a metric of the same name whose
+  `add_batch`/`add`/`compute` take predictions and references and compute what that metric reports
+  for labels (accuracy, f1, precision, recall, Matthews correlation; Pearson/Spearman for regression
+  configs), so an evaluation loop runs. Without `evaluate` installed nothing is patched: the job's own
+  `import evaluate` then fails as it would anywhere, and the run says what to install.
 - `attn_implementation="flash_attention_2"` (or another kernel) that is not installed here: sdpa, as
   the kernel would be on the cluster for what the dry run checks (shapes, dtypes, wrapping).
 - `push_to_hub` / `create_repo` / uploads: nothing is written to the hub, ever.
@@ -47,6 +53,7 @@ _CHAT_TEMPLATE = ("{% for message in messages %}{{ bos_token if loop.first else 
 def install() -> None:
     _tokenizers()
     _datasets()
+    _metrics()
     _attention()
     _hub_writes()
 
@@ -221,6 +228,19 @@ def columns_read_by(path: str) -> list[str]:
     return columns
 
 
+def splits_read_by(path: str) -> list[str]:
+    """The split names a module subscripts (`raw["validation"]`): a dataset loaded whole gets those
+    splits, as the hub copy would have them."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found = [n.slice.value for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+             and isinstance(n.slice, ast.Constant) and n.slice.value in _SPLITS]
+    return list(dict.fromkeys(found))
+
+
 def _is_column_key(key) -> bool:
     key = str(key).lower().lstrip("-")
     return "column" in key or key.endswith("_field") or key == "field"
@@ -297,10 +317,146 @@ def standin_dataset(name: str, split, columns: list[str], caller=None):
     where = f" (read from {os.path.basename(caller)})" if caller and columns != ["text"] else ""
     _note(f"dataset {name} not cached: used a {ROWS}-row stand-in with columns {', '.join(columns)}{where}")
     if split is None:
-        return DatasetDict({s: Dataset.from_dict(rows) for s in ("train", "test")})
+        splits = ["train", "test"] + [s for s in (splits_read_by(caller) if caller else []) if s not in ("train", "test")]
+        return DatasetDict({s: Dataset.from_dict(rows) for s in splits})
     if isinstance(split, (list, tuple)):
         return [Dataset.from_dict(rows) for _ in split]
     return Dataset.from_dict(rows)
+
+
+# -- metrics -----------------------------------------------------------------------------------------
+
+# What a hub metric reports, by its name and config (GLUE's configs report different keys); a name not
+# here reports accuracy, the figure classification metrics share.
+_METRIC_KEYS = {
+    "accuracy": ("accuracy",), "f1": ("f1",), "precision": ("precision",), "recall": ("recall",),
+    "matthews_correlation": ("matthews_correlation",), "pearsonr": ("pearsonr",), "spearmanr": ("spearmanr",),
+    "exact_match": ("exact_match",), "mse": ("mse",), "mae": ("mae",),
+    ("glue", "mrpc"): ("accuracy", "f1"), ("glue", "qqp"): ("accuracy", "f1"),
+    ("glue", "cola"): ("matthews_correlation",), ("glue", "stsb"): ("pearson", "spearmanr"),
+    ("super_glue", "cb"): ("accuracy", "f1"), ("super_glue", "multirc"): ("exact_match", "f1_m", "f1_a"),
+}
+
+
+def _metrics() -> None:
+    try:
+        import evaluate
+    except ImportError:  # the job's own `import evaluate` reports it
+        return
+    original = evaluate.load
+
+    @functools.wraps(original)
+    def load(path, config_name=None, *args, **kwargs):
+        try:
+            return original(path, config_name, *args, **kwargs)
+        except Exception as e:
+            if _is_local(path) or not _dataset_missing(e):
+                raise
+            return standin_metric(path, config_name)
+
+    evaluate.load = load
+    loading = sys.modules.get("evaluate.loading")
+    if loading is not None and getattr(loading, "load", None) is original:
+        loading.load = load
+
+
+class StandinMetric:
+    """A hub metric's stand-in: the interface evaluation loops use (`add_batch`, `add`, `compute`) and
+    the keys the real metric reports, computed from the predictions and references it is given."""
+
+    def __init__(self, name: str, config_name=None):
+        self.name, self.config_name = name, config_name
+        base = name.rstrip("/").rsplit("/", 1)[-1]
+        self.keys = _METRIC_KEYS.get((base, config_name)) or _METRIC_KEYS.get(base) or ("accuracy",)
+        self._predictions: list = []
+        self._references: list = []
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        self._predictions += _as_list(predictions)
+        self._references += _as_list(references)
+
+    def add(self, *, prediction=None, reference=None, **kwargs):
+        self.add_batch(predictions=[prediction], references=[reference])
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        if predictions is not None or references is not None:
+            self.add_batch(predictions=predictions, references=references)
+        preds, refs = self._predictions, self._references
+        self._predictions, self._references = [], []
+        if not refs:
+            return None  # as evaluate answers on a process with nothing to compute
+        return {k: _score(k, preds, refs) for k in self.keys}
+
+
+def _as_list(values) -> list:
+    if values is None:
+        return []
+    if hasattr(values, "tolist"):  # tensors and arrays
+        values = values.tolist()
+    return list(values) if isinstance(values, (list, tuple)) else [values]
+
+
+def _score(key: str, preds: list, refs: list) -> float:
+    n = min(len(preds), len(refs))
+    preds, refs = preds[:n], refs[:n]
+    if key in ("accuracy", "exact_match"):
+        return sum(p == r for p, r in zip(preds, refs)) / n if n else 0.0
+    if key in ("mse", "mae"):
+        errs = [float(p) - float(r) for p, r in zip(preds, refs)]
+        return sum(e * e if key == "mse" else abs(e) for e in errs) / n if n else 0.0
+    if key in ("pearson", "pearsonr", "spearmanr"):
+        xs, ys = [float(p) for p in preds], [float(r) for r in refs]
+        if key == "spearmanr":
+            xs, ys = _ranks(xs), _ranks(ys)
+        return _correlation(xs, ys)
+    positive = 1  # binary labels: the positive class, as the metrics' default pos_label
+    tp = sum(p == positive and r == positive for p, r in zip(preds, refs))
+    fp = sum(p == positive and r != positive for p, r in zip(preds, refs))
+    fn = sum(p != positive and r == positive for p, r in zip(preds, refs))
+    tn = n - tp - fp - fn
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    if key == "precision":
+        return precision
+    if key == "recall":
+        return recall
+    if key == "matthews_correlation":
+        den = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+        return (tp * tn - fp * fn) / den if den else 0.0
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0  # f1 and its variants
+
+
+def _ranks(xs: list) -> list:
+    order = sorted(range(len(xs)), key=xs.__getitem__)
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def _correlation(xs: list, ys: list) -> float:
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sx = sum((x - mx) ** 2 for x in xs) ** 0.5
+    sy = sum((y - my) ** 2 for y in ys) ** 0.5
+    return cov / (sx * sy) if sx and sy else 0.0
+
+
+def standin_metric(name: str, config_name=None) -> StandinMetric:
+    metric = StandinMetric(name, config_name)
+    which = f"{name}" + (f" ({config_name})" if config_name else "")
+    _note(f"metric {which} not cached: used a stand-in computing {', '.join(metric.keys)} from the predictions "
+          "and references the job gives it")
+    return metric
 
 
 # -- attention kernels, hub writes -------------------------------------------------------------------
