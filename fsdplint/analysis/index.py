@@ -781,17 +781,20 @@ _PROJECTS: dict[tuple, Project] = {}
 _ROOTS: dict[Path, Optional[Path]] = {}
 # Files this process is going to lint (resolved paths), announced by the sequential run (`expect`).
 _UPCOMING: set = set()
+_RESOLVED: dict = {}  # a path `expect` was given -> its resolution
 
 
 def expect(paths) -> None:
     """Announce the files this process lints next (a run with one job): a module that another file's calls
     reach before its own turn is parsed whole once, and its lint reuses that parse and its records."""
     _UPCOMING.clear()  # what an earlier run left (interrupted) is not to come
+    _RESOLVED.clear()
     for p in paths:
         try:
-            _UPCOMING.add(Path(p).resolve())
+            _RESOLVED[Path(p)] = resolved = Path(p).resolve()
         except (OSError, RuntimeError):  # RuntimeError: a symlink loop
             continue
+        _UPCOMING.add(resolved)
 
 
 def linted(path: Optional[Path]) -> None:
@@ -799,8 +802,9 @@ def linted(path: Optional[Path]) -> None:
     parts other files reached, see `Project.linted`)."""
     if path is None or not _UPCOMING:
         return
+    resolved = _RESOLVED.pop(path, None)  # resolved once by `expect` (a resolution stats every component)
     try:
-        path = path.resolve()
+        path = resolved if resolved is not None else path.resolve()
     except (OSError, RuntimeError):  # RuntimeError: a symlink loop
         return
     _UPCOMING.discard(path)
