@@ -484,6 +484,8 @@ def main(argv=None) -> None:
             log(f"== {name}")
             getattr(bench, f"scenario_{name}")()
         env = {"fsdplint rules": _rules_summary(), "TorchFix": _torchfix_libcst(), "Static CLI": " ".join([Path(tool.cmd[0]).name, *tool.lint_args(1)[1:]])}
+        if args.checkout is not None:  # (the revision above is the harness's own checkout)
+            env["Measured source tree"] = f"`--checkout {args.checkout.name}`"
         text = report.render(bench, machine.describe(REPO, env), started, datetime.datetime.now())
     # Keep the sections other scripts write into results.md (bench/audit_vs_gloo.py, bench/precision.py).
     old = args.output.read_text() if args.output.is_file() else ""
