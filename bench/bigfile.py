@@ -12,7 +12,7 @@ CPU time is user + system of the child (`wait4`), peak RSS its `ru_maxrss`. The 
 per size (goal ≤ 1.5×), the growth t(largest) / (k · t(smallest)) of each (1.0 = linear), fsdplint's peak RSS
 against parse-only's (goal ≤ 1.5×), and whether each size gave the one expected finding.
 
-Usage: python bench/bigfile.py [--lines 15000,30000,60000] [--rounds 3] [--keep DIR]
+Usage: python bench/bigfile.py [--lines 15000,30000,60000] [--rounds 3] [--keep DIR] [--checkout DIR]
 """
 
 from __future__ import annotations
@@ -86,12 +86,14 @@ def main() -> None:
     ap.add_argument("--lines", default="15000,30000,60000", help="comma-separated sizes in lines")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="write the generated files here and keep them")
+    ap.add_argument("--checkout", type=Path, default=HERE.parent,
+                    help="the fsdplint source tree measured (default: the one this script belongs to)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.lines.split(",")]
     work = args.keep or Path(tempfile.mkdtemp(prefix="fsdplint-bigfile-"))
     work.mkdir(parents=True, exist_ok=True)
     py = sys.executable
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.checkout.resolve()), os.environ.get("PYTHONPATH")]))}
     try:
         files = {}
         for n in sizes:

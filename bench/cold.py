@@ -7,7 +7,7 @@ Per tree, in interleaved rounds (a change of machine load hits every command ali
 and once per tree, outside the rounds, with `FSDPLINT_PARSE_LOG` (fsdplint/parsing.py): the libcst parses per
 module with `-j 1` and with `-j N` (`--jobs`), and whether their findings, and those of `--against`, are identical.
 
-Usage: python bench/cold.py TREE... [--rounds 3] [--jobs 2] [--against DIR]
+Usage: python bench/cold.py TREE... [--rounds 3] [--jobs 2] [--against DIR] [--checkout DIR]
 A TREE is a local copy of a repository (e.g. `git archive HEAD | tar -x -C DIR`); nothing is downloaded.
 CPU time is user + system of the process and its reaped workers; the 1-minute load is given per round.
 """
@@ -51,9 +51,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2, help="the -j N whose parses per module are counted")
     ap.add_argument("--against", type=Path, help="another fsdplint source tree (fsdplint/ and rules/) to compare")
+    ap.add_argument("--checkout", type=Path, default=HERE.parent,
+                    help="the fsdplint source tree measured (default: the one this script belongs to)")
     args = ap.parse_args()
     py = sys.executable
-    own = _env(HERE.parent)
+    own = _env(args.checkout.resolve())
     other = _env(args.against.resolve()) if args.against else None
     lint = [py, "-m", "fsdplint", "check", ".", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json"]
     parse = [py, str(HERE / "parse_only.py"), "."]

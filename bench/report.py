@@ -296,6 +296,12 @@ def render(bench, machine_lines: list[str], started, finished) -> str:
         out.append("")
     if "profile" in bench.notes:
         out += ["## Profile (py-spy, fsdplint -j 1 on the 1× corpus)", "", *bench.notes["profile"], ""]
+    if "cold" in bench.notes:
+        out += ["## Whole repositories cold (bench/cold.py)", "", *bench.notes["cold"], ""]
+    if "warm" in bench.notes:
+        out += ["## Warm against cold (bench/warm_cold.py)", "", *bench.notes["warm"], ""]
+    if "linear" in bench.notes:
+        out += ["## One big file, by size (bench/bigfile.py)", "", *bench.notes["linear"], ""]
     out += ["## Commands", ""]
     out += [f"- {res.label}: `{_clean(shlex.join(res.cmd), bench)}`" for res in bench.results.values()]
     return "\n".join(out) + "\n"

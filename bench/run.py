@@ -44,7 +44,7 @@ CONFIGS = ("llama3_8b", "llama3_70b", "llama31_405b")
 WORLD_SIZES = (8, 64, 512)
 SCENARIOS = ("corpus", "single", "audit", "scaling", "bigfile", "repo", "changed")
 BIGFILE_SIZES = (1_250_000, 2_500_000, 5_000_000)
-OPTIONAL = ("profile",)
+OPTIONAL = ("profile", "cold", "linear", "warm")
 HEAVY_IMPORTS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "rich")
 
 
@@ -104,10 +104,15 @@ class Fsdplint:
     base: list[str] = field(default_factory=list)  # the bare `fsdplint` command
 
     @classmethod
-    def probe(cls) -> "Fsdplint":
+    def probe(cls, checkout: Path | None = None) -> "Fsdplint":
+        """`checkout`: a source tree to run (`python -m fsdplint` with it first on PYTHONPATH, set by `main`)
+        instead of the installed console script."""
         script = Path(sys.executable).with_name("fsdplint")
-        cmd = [str(script)] if script.exists() else ([shutil.which("fsdplint")] if shutil.which("fsdplint") else
-                                                    [sys.executable, "-m", "fsdplint"])
+        if checkout is not None:
+            cmd = [sys.executable, "-m", "fsdplint"]
+        else:
+            cmd = [str(script)] if script.exists() else ([shutil.which("fsdplint")] if shutil.which("fsdplint") else
+                                                        [sys.executable, "-m", "fsdplint"])
         tool = cls(cmd)
         rc, text = _probe([*cmd, "--help"])
         if rc != 0:
@@ -348,6 +353,42 @@ class Bench:
                     ("fsdplint train.py [1,000 files, --no-cache]", spec("changed-nocache", "--no-cache"))],
                    self.args.single_runs)
 
+    def _script(self, name: str, argv: list[str]) -> list[str]:
+        """Run another benchmark script of bench/ on the same fsdplint; its markdown output, as lines."""
+        cmd = [sys.executable, str(BENCH / name), *argv]
+        if self.args.checkout is not None:
+            cmd += ["--checkout", str(self.args.checkout)]
+        log(" ".join(cmd))
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = proc.stdout.rstrip("\n").splitlines()
+        if proc.returncode != 0:
+            lines.append(f"`{name}` exited {proc.returncode}: " + " | ".join(proc.stderr.strip().splitlines()[-2:])[:300])
+        return [f"Command: `python bench/{name} {_display_argv(argv, self.args)}`", "", *lines]
+
+    def scenario_cold(self) -> None:
+        """Whole repositories cold (`--trees`, else `--repo`): bench/cold.py, against `--against` if given."""
+        trees = self.args.trees or ([self.args.repo] if self.args.repo else [])
+        if not trees:
+            self.notes["cold"] = ["Not run: give repository directories with `--trees A,B` (or `--repo`)."]
+            return
+        argv = [*trees, "--rounds", str(self.args.runs)]
+        if self.args.against is not None:
+            argv += ["--against", str(self.args.against)]
+        self.notes["cold"] = self._script("cold.py", argv)
+
+    def scenario_warm(self) -> None:
+        """Warm against cold on each tree of `--trees` (else `--repo`): bench/warm_cold.py."""
+        trees = self.args.trees or ([self.args.repo] if self.args.repo else [])
+        if not trees:
+            self.notes["warm"] = ["Not run: give repository directories with `--trees A,B` (or `--repo`)."]
+            return
+        self.notes["warm"] = [line for t in trees for line in
+                              [*self._script("warm_cold.py", [t, "--rounds", str(self.args.runs)]), ""]]
+
+    def scenario_linear(self) -> None:
+        """One generated file of 15k, 30k and 60k lines: bench/bigfile.py (time and memory against the parse)."""
+        self.notes["linear"] = self._script("bigfile.py", ["--rounds", str(self.args.bigfile_runs)])
+
     def scenario_profile(self) -> None:
         """py-spy over the one-job corpus lint; the top costs go into results.md."""
         import profiling
@@ -408,6 +449,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--repo-runs", type=int, default=2, help="measured runs per whole-repository command")
     ap.add_argument("--no-torchfix", action="store_true", help="skip TorchFix")
     ap.add_argument("--no-setup", action="store_true", help="do not create the TorchFix venv when it is missing")
+    ap.add_argument("--checkout", type=Path, default=None,
+                    help="an fsdplint source tree (fsdplint/ and rules/, e.g. `git archive REV fsdplint rules | "
+                         "tar -x -C DIR` or a worktree) to measure instead of the installed CLI: A/B runs of revisions")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="cold scenario: another fsdplint source tree measured in the same interleaved rounds")
+    ap.add_argument("--trees", default="", help="cold scenario: comma-separated repository directories")
     ap.add_argument("--output", type=Path, default=BENCH / "results.md")
     args = ap.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -415,6 +462,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         ap.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     args.jobs = [int(j) for j in args.jobs.split(",")]
+    args.trees = [t for t in args.trees.split(",") if t]
+    args.checkout = args.checkout.resolve() if args.checkout is not None else None
     args.argv = sys.argv[1:] if argv is None else argv
     return args
 
@@ -424,7 +473,9 @@ def main(argv=None) -> None:
     # On SIGTERM, unwind normally so the temporary corpus copies are removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = datetime.datetime.now()
-    tool = Fsdplint.probe()
+    if args.checkout is not None:  # every fsdplint the harness starts (and the scripts it runs) is this one
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.checkout), os.environ.get("PYTHONPATH")]))
+    tool = Fsdplint.probe(args.checkout)
     log(f"fsdplint lint: {'ok' if tool.lint_ok else tool.lint_why}; jobs flag: {tool.jobs_flag}; "
         f"model: {'ok' if tool.model_ok else tool.model_why}")
     with tempfile.TemporaryDirectory(prefix="fsdplint-bench-") as tmp:
@@ -433,6 +484,8 @@ def main(argv=None) -> None:
             log(f"== {name}")
             getattr(bench, f"scenario_{name}")()
         env = {"fsdplint rules": _rules_summary(), "TorchFix": _torchfix_libcst(), "Static CLI": " ".join([Path(tool.cmd[0]).name, *tool.lint_args(1)[1:]])}
+        if args.checkout is not None:  # (the revision above is the harness's own checkout)
+            env["Measured source tree"] = f"`--checkout {args.checkout.name}`"
         text = report.render(bench, machine.describe(REPO, env), started, datetime.datetime.now())
     # Keep the sections other scripts write into results.md (bench/audit_vs_gloo.py, bench/precision.py).
     old = args.output.read_text() if args.output.is_file() else ""
@@ -445,6 +498,11 @@ def main(argv=None) -> None:
 
 
 KEPT_SECTIONS = ("audit-vs-gloo", "precision")
+
+
+def _display_argv(argv: list[str], args) -> str:
+    """The script's arguments as results.md shows them: directories by their names only."""
+    return " ".join(Path(a).name if os.path.isabs(a) else a for a in argv)
 
 
 if __name__ == "__main__":

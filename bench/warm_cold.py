@@ -6,7 +6,7 @@ Each round, interleaved so that a change of machine load hits every command alik
   warm        the same command again on the cache the cold run filled (nothing changed in between)
 and once, outside the rounds: the findings of `--no-cache`, cold and warm are compared byte for byte.
 
-Usage: python bench/warm_cold.py TREE [--rounds 3] [--jobs 1]
+Usage: python bench/warm_cold.py TREE [--rounds 3] [--jobs 1] [--checkout DIR]
 TREE is a local copy of a repository (e.g. `git archive HEAD | tar -x -C DIR`); nothing is downloaded.
 CPU time (user + system of the process and its reaped workers) is reported with the wall time, and the
 1-minute load average of each round: on a shared machine the CPU ratio is the one to read.
@@ -27,10 +27,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def _timed(cmd: list[str], cwd: Path) -> tuple[float, float, bytes]:
+def _timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float, float, bytes]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    out = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -44,7 +44,11 @@ def main() -> None:
     ap.add_argument("tree", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--checkout", type=Path, default=HERE.parent,
+                    help="the fsdplint source tree measured (default: the one this script belongs to)")
     args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.checkout.resolve()),
+                                                                      os.environ.get("PYTHONPATH")]))}
     tree = args.tree.resolve()
     py = sys.executable
     lint = [py, "-m", "fsdplint", "check", ".", "--jobs", str(args.jobs), "--isolated", "--exit-zero",
@@ -52,15 +56,15 @@ def main() -> None:
     parse = [py, str(HERE / "parse_only.py"), "."]
     scratch = Path(tempfile.mkdtemp(prefix="fsdplint-warm-cold-"))
     try:
-        plain = _timed(lint + ["--no-cache"], tree)[2]  # also the warm-up (bytecode, page cache)
+        plain = _timed(lint + ["--no-cache"], tree, env)[2]  # also the warm-up (bytecode, page cache)
         _timed(parse, tree)
         rows = []
         for r in range(args.rounds):
             cache = scratch / f"cache-{r}"
             load = os.getloadavg()[0]
             p = _timed(parse, tree)
-            cold = _timed(lint + ["--cache-dir", str(cache)], tree)
-            warm = _timed(lint + ["--cache-dir", str(cache)], tree)
+            cold = _timed(lint + ["--cache-dir", str(cache)], tree, env)
+            warm = _timed(lint + ["--cache-dir", str(cache)], tree, env)
             same = cold[2] == plain and warm[2] == plain
             rows.append((r + 1, load, p, cold, warm, same))
         files = sum(1 for _ in tree.rglob("*.py"))

@@ -158,4 +158,5 @@ def finding_from_json(d: dict) -> Finding:
         related=[Related(r["filename"], Position(r["location"]["row"], r["location"]["column"]),
                          Position(r["end_location"]["row"], r["end_location"]["column"]), r["message"])
                  for r in d.get("related", ())],
+        cell=d.get("cell"),  # a notebook's finding: its rows are the cell's
     )

@@ -130,6 +130,31 @@ def _cli(tmp_path, *args):
     return sorted(f["code"] for f in json.loads(out.stdout))
 
 
+def test_a_notebooks_findings_keep_their_cell_when_reused(tmp_path):
+    # A notebook's finding is at a row of a cell: reused from the cache, it must name the same cell.
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# Fine-tune\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["import torch\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["from peft import LoraConfig\n", "config = LoraConfig(r=8 lora_alpha=16)\n"]}]
+    (tmp_path / "tune.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                                     "nbformat_minor": 5}))
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-m", "fsdplint", "check", "tune.ipynb", "--output-format", "json",
+                              "--exit-zero", *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+        return out.stdout
+
+    plain = run("--no-cache")
+    assert [(f["code"], f.get("cell")) for f in json.loads(plain)] == [("FSDP900", 3)]
+    cache = ("--cache-dir", str(tmp_path / "c"))
+    assert run(*cache) == plain  # the run that fills the cache
+    assert run(*cache) == plain  # every finding reused
+
+
 def test_a_changed_configuration_invalidates(tmp_path):
     _project(tmp_path)
     assert "FSDP101" in _cli(tmp_path)

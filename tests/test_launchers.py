@@ -163,6 +163,22 @@ def test_project_shell_scripts_are_found(tmp_path):
     assert [(Path(l.file).name, l.line, l.launcher) for l in got] == [("run.sh", 2, "accelerate")]
 
 
+def test_a_launcher_edited_between_runs_is_read_again(tmp_path):
+    # A long-lived process (an editor's server) runs lint after lint: launchers are looked at once per run.
+    from fsdplint.launch import shell
+
+    root = tmp_path / "proj"
+    (root / "scripts").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (root / "train.py").write_text("print(1)\n")
+    (root / "scripts" / "run.sh").write_text("cd ..\npython eval.py\n")
+    assert launches_for(root / "train.py") == []
+    (root / "scripts" / "run.sh").write_text("cd ..\n\naccelerate launch --use_fsdp train.py --a\n")
+    shell.new_run()
+    got = launches_for(root / "train.py")
+    assert [(Path(l.file).name, l.line, l.launcher) for l in got] == [("run.sh", 3, "accelerate")]
+
+
 _SHELLISH = " \t\n\\'\"$`(){}[]<>|&;#=-@*:0123456789abcdefpythonaccelerate.py/"
 
 

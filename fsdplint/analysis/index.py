@@ -61,13 +61,47 @@ def content_hash(text: str) -> str:
 
 
 # -- fact sheets ---------------------------------------------------------------------------
-def _function_sheet(fn, lines: list[str]) -> dict:
+def _nodes(root, only: type | tuple = ast.AST) -> list:
+    """`root` and every node under it, in `ast.walk`'s order (breadth first), without its generator per
+    node (the fact sheets walk every function of every module the run reaches). `only`: the nodes kept and
+    looked into; a subtree whose root is not one holds none of them (statements: only statements and
+    handlers hold statements), and leaving it out keeps the order of the others."""
+    out = [root]
+    i = 0
+    while i < len(out):
+        node = out[i]
+        i += 1
+        for name in node._fields:
+            v = getattr(node, name, None)
+            if isinstance(v, list):
+                out.extend(x for x in v if isinstance(x, only))
+            elif isinstance(v, only):
+                out.append(v)
+    return out
+
+
+def _function_sheet(fn, lines: list[str], loads: Optional[dict] = None) -> dict:
+    """`loads`: filled with the names the function reads (`fn` -> set), for its `refs` (see `fact_sheet`)."""
     body = "\n".join(lines[fn.lineno - 1: fn.end_lineno])
-    calls = sorted({d for n in ast.walk(fn) if isinstance(n, ast.Call) for d in [_dotted(n.func)] if d})
+    called: set = set()
+    read: set = set()
+    for n in _nodes(fn):
+        if isinstance(n, ast.Call):
+            d = _dotted(n.func)
+            if d:
+                called.add(d)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            read.add(n.id)
+    if loads is not None:
+        loads[id(fn)] = read
+    calls = sorted(called)
     touches = bool(_WORDS.search(body)) or any(c.rsplit(".", 1)[-1] in _CALLS for c in calls)
     start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
     return {"line": fn.lineno, "span": [start, fn.end_lineno], "touches": touches, "calls": calls,
             "property": any(_dotted(d) == "property" for d in fn.decorator_list), "made": _made(fn)}
+
+
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 def _made(fn) -> Optional[list]:
@@ -75,9 +109,10 @@ def _made(fn) -> Optional[list]:
     caller can tell the class of `model = build(cfg)`; None when some return is anything else."""
     out: list = []
     todo = list(fn.body)
+    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
     while todo:
         node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(node, skip):
             continue
         if isinstance(node, ast.Return):
             name = _dotted(node.value.func) if isinstance(node.value, ast.Call) else None
@@ -86,7 +121,12 @@ def _made(fn) -> Optional[list]:
             if name not in out:
                 out.append(name)
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        for field in node._fields:  # ast.iter_child_nodes(node), inline
+            v = getattr(node, field, None)
+            if isinstance(v, list):
+                todo.extend(x for x in v if isinstance(x, ast.AST))
+            elif isinstance(v, ast.AST):
+                todo.append(v)
     return out or None
 
 
@@ -123,18 +163,20 @@ def fact_sheet(text: str) -> dict:
     # name the module binds at top level keeps that meaning, one only a function imports still resolves.
     if _INDENTED_IMPORT.search(text):
         top, sheet["imports"] = sheet["imports"], []
-        imports([n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in seen])
+        imports([n for n in _nodes(tree, _HOLDS_STATEMENTS) if isinstance(n, (ast.Import, ast.ImportFrom))
+                 and id(n) not in seen])
         sheet["imports"] += top
     public = dunder_all(tree.body)
     if public is not None:
         sheet["all"] = public
     defs = {}
+    loads: dict = {}  # id of a function node -> the names it reads
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            sheet["functions"][node.name] = _function_sheet(node, lines)
+            sheet["functions"][node.name] = _function_sheet(node, lines, loads)
             defs[node.name] = [(node, sheet["functions"][node.name])]
         elif isinstance(node, ast.ClassDef):
-            methods = {n.name: _function_sheet(n, lines) for n in node.body
+            methods = {n.name: _function_sheet(n, lines, loads) for n in node.body
                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
             sheet["classes"][node.name] = {"line": node.lineno, "span": [start, node.end_lineno],
@@ -148,8 +190,7 @@ def fact_sheet(text: str) -> dict:
     for items in defs.values():
         for fn, d in items:
             called = set(d["calls"])
-            refs = sorted({n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-                           and n.id in defs and n.id not in called and n.id != fn.name})
+            refs = sorted(n for n in loads[id(fn)] if n in defs and n not in called and n != fn.name)
             if refs:
                 d["refs"] = refs
     return sheet
@@ -740,17 +781,20 @@ _PROJECTS: dict[tuple, Project] = {}
 _ROOTS: dict[Path, Optional[Path]] = {}
 # Files this process is going to lint (resolved paths), announced by the sequential run (`expect`).
 _UPCOMING: set = set()
+_RESOLVED: dict = {}  # a path `expect` was given -> its resolution
 
 
 def expect(paths) -> None:
     """Announce the files this process lints next (a run with one job): a module that another file's calls
     reach before its own turn is parsed whole once, and its lint reuses that parse and its records."""
     _UPCOMING.clear()  # what an earlier run left (interrupted) is not to come
+    _RESOLVED.clear()
     for p in paths:
         try:
-            _UPCOMING.add(Path(p).resolve())
+            _RESOLVED[Path(p)] = resolved = Path(p).resolve()
         except (OSError, RuntimeError):  # RuntimeError: a symlink loop
             continue
+        _UPCOMING.add(resolved)
 
 
 def linted(path: Optional[Path]) -> None:
@@ -758,8 +802,9 @@ def linted(path: Optional[Path]) -> None:
     parts other files reached, see `Project.linted`)."""
     if path is None or not _UPCOMING:
         return
+    resolved = _RESOLVED.pop(path, None)  # resolved once by `expect` (a resolution stats every component)
     try:
-        path = path.resolve()
+        path = resolved if resolved is not None else path.resolve()
     except (OSError, RuntimeError):  # RuntimeError: a symlink loop
         return
     _UPCOMING.discard(path)

@@ -838,6 +838,20 @@ _MAX_SHELL_BYTES = 512 * 1024
 _PARSED: dict[tuple, list[Launch]] = {}
 _FILES: dict[str, list[Path]] = {}
 _TEXTS: dict[tuple, str] = {}
+# (mtime, size) of each launcher file, looked at once per run (`new_run`): every linted script asks about
+# every launcher of its project, and a run over a repository would stat each one per script.
+_STAMPS: dict[str, Optional[tuple]] = {}
+
+
+def _stamp(path: Path) -> Optional[tuple]:
+    key = str(path)
+    if key not in _STAMPS:
+        try:
+            st = path.stat()
+            _STAMPS[key] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            _STAMPS[key] = None
+    return _STAMPS[key]
 
 
 def project_root(script: Path) -> Path:
@@ -900,10 +914,12 @@ def _shell_text_of(path: Path, text: str) -> str:
 
 def read_launches(path: Path, display: str) -> list[Launch]:
     try:
-        st = path.stat()
-        if st.st_size > _MAX_SHELL_BYTES:
+        stamp = _stamp(path)
+        if stamp is None:
             return []
-        key = (str(path), st.st_mtime_ns, st.st_size)
+        if stamp[1] > _MAX_SHELL_BYTES:
+            return []
+        key = (str(path), *stamp)
         hit = _PARSED.get(key)
         if hit is not None:
             return hit
@@ -1056,6 +1072,7 @@ def _launched(launch: Launch, root: Path) -> frozenset:
 def new_run() -> None:
     """A new run of the linter: scripts may have appeared or moved since the last one looked."""
     _LAUNCHED.clear()
+    _STAMPS.clear()
 
 
 def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
@@ -1080,11 +1097,10 @@ def launches_for(script: Path, linted: Optional[str] = None) -> list[Launch]:
     # Outside a project (no pyproject.toml/setup.py/.git above, not under the linted directory): the script's
     # own directory only.
     for sh in shell_files(root, depth):
-        try:
-            st = sh.stat()
-        except OSError:
+        stamp = _stamp(sh)
+        if stamp is None:
             continue
-        tkey = (str(sh), st.st_mtime_ns, st.st_size)
+        tkey = (str(sh), *stamp)
         text = _TEXTS.get(tkey)
         if text is None:
             try:
@@ -1110,8 +1126,10 @@ def mentioned_by_launchers(root: Path, name: str) -> bool:
     """Does a shell script or documented command of the project mention the file name `name`?"""
     for sh in shell_files(root, 4 if has_marker(root) else 0):
         try:
-            st = sh.stat()
-            tkey = (str(sh), st.st_mtime_ns, st.st_size)
+            stamp = _stamp(sh)
+            if stamp is None:
+                continue
+            tkey = (str(sh), *stamp)
             text = _TEXTS.get(tkey)
             if text is None:
                 text = _TEXTS[tkey] = sh.read_text(encoding="utf-8", errors="replace")[:_MAX_SHELL_BYTES]
