@@ -517,7 +517,8 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
 
         for job in jobs_launched_with(path, facts, settings.options.get("project_root"),
                                       lambda p: _library_versions(p, settings, fcfg),
-                                      explicit=settings.targets, use_installed=settings.use_installed):
+                                      explicit=settings.targets, use_installed=settings.use_installed,
+                                      given=settings.options.get("launches")):
             out.extend(_lint_job(job, Path(job.filename), settings, fcfg))
     return out
 

@@ -307,6 +307,12 @@ _JOB_KEYS = {
 # subclass trl's trainer of that name (axolotl core/trainers/dpo, LLaMA-Factory train/dpo/trainer.py).
 _RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "kto": "KTOTrainer", "orpo": "ORPOTrainer",
                 "grpo": "GRPOTrainer", "simpo": "CPOTrainer"}
+# The transformers Trainer class a tool's supervised stages subclass, by stage (None: no stage written, the
+# tool's default): LLaMA-Factory train/pt CustomTrainer(Trainer), train/sft CustomSeq2SeqTrainer(Seq2SeqTrainer)
+# (stage sft is its default, hparams/finetuning_args.py), train/rm PairwiseTrainer(Trainer). (axolotl's
+# AxolotlTrainer subclasses Trainer too, but axolotl patches the Trainer's internals per release: not claimed.)
+_SUPERVISED_TRAINERS = {"llamafactory": {None: "Seq2SeqTrainer", "sft": "Seq2SeqTrainer", "pt": "Trainer",
+                                         "rm": "Trainer"}}
 _NO_DEFAULT_SAVE = "whether the tool writes checkpoints is left to its defaults (no save_strategy/save_steps written)"
 
 
@@ -357,6 +363,13 @@ def job_facts(job) -> dict[str, Fact]:
     stage = job.get("rl") if job.tool == "axolotl" else job.get("stage")
     if stage is not None and str(stage.value).strip().lower() in _RL_TRAINERS:
         facts["trainer"] = Fact(_RL_TRAINERS[str(stage.value).strip().lower()], stage)
+    elif job.tool in _SUPERVISED_TRAINERS:
+        # Without a preference/RL stage the tool trains with its subclass of a transformers Trainer, whose
+        # FSDP handling (e.g. the peft auto-wrap policy for a LoRA model) is the Trainer's.
+        kind = str(stage.value).strip().lower() if stage is not None else None
+        name = _SUPERVISED_TRAINERS[job.tool].get(kind)
+        if name is not None:
+            facts["trainer"] = Fact(name, stage or job.model)
     resume = job.get("resume_from_checkpoint")
     if resume is not None and resume.value not in (None, False, ""):
         facts["loads_state"] = Fact(True, resume)

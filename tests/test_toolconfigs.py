@@ -182,6 +182,8 @@ def test_llamafactory_qlora_with_the_environment_pins(tmp_path, monkeypatch, req
     d = _lf_project(tmp_path, requirements)
     monkeypatch.chdir(d)
     rc, findings = lint(".")
+    # (the Trainer's own known bugs at these old transformers pins are FSDP601's, checked elsewhere)
+    findings = [f for f in findings if f["code"] != "FSDP601"]
     assert codes(findings) == expected
     if expected:
         assert findings[0]["filename"] == "examples/train/llama2_qlora_sft.yaml"
