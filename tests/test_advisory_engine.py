@@ -410,3 +410,89 @@ def test_llamafactory_trains_with_the_trainer_in_a_yaml_job_and_a_launch_given_o
     r = CliRunner().invoke(main, ["check", ".", "--select", "FSDP601", "--output-format", "json", "--exit-zero",
                                   "--isolated"])
     assert not [f for f in json.loads(r.output) if AUTO_WRAP in f["message"]]
+
+
+OUMI = """\
+model:
+  model_name: meta-llama/Llama-3.1-8B-Instruct
+  torch_dtype_str: bfloat16
+training:
+  trainer_type: TRL_SFT
+  use_peft: true
+  save_steps: 200
+  optimizer: paged_adamw_8bit
+peft:
+  q_lora: true
+  lora_r: 16
+fsdp:
+  enable_fsdp: true
+  auto_wrap_policy: TRANSFORMER_BASED_WRAP
+"""
+TRL_SCRIPT = """\
+from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+
+
+def main():
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config()
+    trainer = SFTTrainer(model=model_args.model_name_or_path, args=training_args,
+                         peft_config=get_peft_config(model_args))
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_optimizer_setting_in_each_tools_yaml(tmp_path):
+    # One advisory (bitsandbytes' 8-bit state under FSDP1, saved at each checkpoint), the optimizer written
+    # the way each tool spells it: axolotl `optimizer:`, LLaMA-Factory `optim:`, Oumi `training.optimizer:`, and
+    # a trl recipe's `optim:` (a TrainingArguments field the script's parser reads).
+    shapes = {
+        "axolotl": ({"job.yml": AXOLOTL.replace("fsdp_version: 2", "fsdp_version: 1").replace(
+            "  offload_params: true\n", "  reshard_after_forward: true\nsave_steps: 100\n")}, "job.yml", 8),
+        "llamafactory": ({"job.yaml": LLAMAFACTORY.replace(" offload", "").replace("adamw_bnb_8bit", "adamw_8bit")
+                          + "fsdp_config:\n  version: 1\nsave_steps: 500\n"}, "job.yaml", 6),
+        "oumi": ({"job.yaml": OUMI}, "job.yaml", 8),
+        "trl-recipe": ({"train.py": TRL_SCRIPT, "recipes/sft.yaml": "model_name_or_path: m\noutput_dir: out\n"
+                        "optim: paged_adamw_8bit\nuse_peft: true\n",
+                        "recipes/fsdp.yaml": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n",
+                        "run.sh": "accelerate launch --config_file recipes/fsdp.yaml train.py --config recipes/sft.yaml\n"},
+                       "recipes/sft.yaml", 3),
+    }
+    for tool, (files, where, row) in shapes.items():
+        for pin, expected in (("bitsandbytes==0.49.1\n", True), ("bitsandbytes==0.49.2\n", False)):
+            root = _project(tmp_path / tool / pin.strip(), {**files, "requirements.txt": pin})
+            found = [f for f in _check(root) if STATE_FSDP1 in f["message"] and f["filename"].endswith(where)]
+            assert bool(found) is expected, (tool, pin, found)
+            if expected:
+                assert found[0]["location"]["row"] == row, (tool, found)
+        # A 32-bit optimizer: nothing.
+        plain = {k: v.replace("paged_adamw_8bit", "adamw_torch").replace("adamw_8bit", "adamw_torch")
+                 for k, v in files.items()}
+        root = _project(tmp_path / tool / "32bit", {**plain, "requirements.txt": "bitsandbytes==0.49.1\n"})
+        assert not [f for f in _check(root) if STATE_FSDP1 in f["message"]], tool
+
+
+def test_oumi_fsdp_and_checkpoints_from_its_sections(tmp_path):
+    pin = {"requirements.txt": "bitsandbytes==0.49.1\n"}
+    # No FSDP section switched on, or Oumi's own trainer (which wraps the model itself): no accelerate FSDP job.
+    for name, text in (("no-fsdp", OUMI.replace("enable_fsdp: true", "enable_fsdp: false")),
+                       ("oumi-trainer", OUMI.replace("TRL_SFT", "OUMI"))):
+        root = _project(tmp_path / name, {"job.yaml": text, **pin})
+        assert not [f for f in _check(root / "job.yaml") if STATE_FSDP1 in f["message"]], name
+    # No checkpoints (save_steps 0, no save_epoch): the optimizer state is never gathered.
+    root = _project(tmp_path / "no-save", {"job.yaml": OUMI.replace("save_steps: 200", "save_steps: 0"), **pin})
+    assert not [f for f in _check(root / "job.yaml") if STATE_FSDP1 in f["message"]]
+    # Oumi's default saves every 100 steps: certain without a save key.
+    root = _project(tmp_path / "default", {"job.yaml": OUMI.replace("  save_steps: 200\n", ""), **pin})
+    found = [f for f in _check(root / "job.yaml") if STATE_FSDP1 in f["message"] and f["filename"].endswith("job.yaml")]
+    assert found and found[0]["severity"] == "error"
+    # CPU offload from `fsdp.cpu_offload`: the 8-bit step on CPU shards.
+    root = _project(tmp_path / "offload", {"job.yaml": OUMI + "  cpu_offload: true\n", **pin})
+    assert [f for f in _check(root / "job.yaml") if CPU_OFFLOAD in f["message"]]
+    # A config of another program with `model:` and `training:` sections but no model_name is not Oumi's.
+    other = OUMI.replace("model_name:", "name:")
+    root = _project(tmp_path / "other", {"job.yaml": other, **pin})
+    assert not _check(root / "job.yaml")
