@@ -82,7 +82,11 @@ class KnownBugAtVersion(Rule):
     ## Versions
     Each advisory names its affected releases; an advisory whose boundary was not read at both adjacent
     releases is marked unverified and only warns. A version the code only proves as a lower bound, or a
-    declared range that also admits the fixed release (`accelerate>=1.11`), reports a warning.
+    declared range that also admits the fixed release (`accelerate>=1.11`), reports a warning. A declared
+    range whose lower bound is not affected but which admits an affected release (`accelerate>=0.27.2`
+    against a bug of accelerate >= 0.30.0) reports a warning that names that release, except for a bug of
+    one minor series' patch releases. A library the project does not declare takes its installed release
+    (what an install of an unpinned project gives): a bug fixed there is not reported.
 
     An unknown version (not declared, locked or installed) reports a warning that names the affected range,
     the fixed release and what decides it (a pin, or `--target-version LIB=X`), once per advisory and file,
