@@ -496,3 +496,17 @@ def test_oumi_fsdp_and_checkpoints_from_its_sections(tmp_path):
     other = OUMI.replace("model_name:", "name:")
     root = _project(tmp_path / "other", {"job.yaml": other, **pin})
     assert not _check(root / "job.yaml")
+
+
+def test_an_accelerate_config_linted_alone_uses_its_projects_versions(tmp_path):
+    # The config's own lint and a script launched with it read the same pins: no "no known version" warning
+    # on one path while the other knows the release.
+    adv = "accelerate-fsdp2-full-state-dict-refused"
+    cfg = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_state_dict_type: FULL_STATE_DICT\n"
+    for pin, severity in (("accelerate==1.6.0\n", "error"), ("accelerate>=1.3.0,<=1.11.0\n", "warning"),
+                          ("accelerate==1.7.0\n", None)):
+        root = _project(tmp_path / pin.strip().replace("=", "").replace(",", "-").replace("<", "").replace(">", ""),
+                        {"configs/fsdp.yaml": cfg, "requirements.txt": pin})
+        found = [f for f in _check(root / "configs" / "fsdp.yaml") if adv in f["message"]]
+        assert [f["severity"] for f in found if f["filename"].endswith("fsdp.yaml")] == ([severity] if severity else []), (pin, found)
+        assert not [f for f in found if "no known version" in f["message"]]
