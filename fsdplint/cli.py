@@ -74,6 +74,15 @@ def discover(paths: Iterable[str], settings, force_exclude: bool = False) -> lis
             # sit (the launcher may live outside the folder named here).
             named = {os.path.normpath(str(Path(p).resolve()))
                      for p in accelerate_configs_named_by(search_root(path, str(path)))}
+            # ... and those the commands of --launch pass (they replace the project's launchers).
+            for launch in settings.options.get("launches") or ():
+                word = launch.options.get("config_file")
+                if launch.launcher == "accelerate" and word is not None and not word.unknown:
+                    for base in (Path.cwd(), path):
+                        cand = Path(word.text) if os.path.isabs(word.text) else base / word.text
+                        if cand.is_file():
+                            named.add(os.path.normpath(str(cand.resolve())))
+                            break
             for root, dirs, names in os.walk(path, followlinks=False):
                 rootp = Path(root)
                 cfg = Config() if settings.isolated else load_config(rootp, explicit=Path(settings.config_path) if settings.config_path else None)

@@ -511,13 +511,14 @@ def lint_launch_yaml(text: str, filename: str, settings: Settings, fcfg: FileCon
     if facts is None:
         return []
     yaml_settings = replace(settings, options={**settings.options, "launch": facts}, prefilter=False)
-    out = [f for f in lint_text("", filename, yaml_settings, None, fcfg) if f.filename == filename]
+    out = [f for f in lint_text("", filename, yaml_settings, path, fcfg) if f.filename == filename]
     if path is not None and facts.uses_fsdp and settings.options.get("discover_launch", True):
         from fsdplint.launch.tools.jobs import jobs_launched_with
 
         for job in jobs_launched_with(path, facts, settings.options.get("project_root"),
                                       lambda p: _library_versions(p, settings, fcfg),
-                                      explicit=settings.targets, use_installed=settings.use_installed):
+                                      explicit=settings.targets, use_installed=settings.use_installed,
+                                      given=settings.options.get("launches")):
             out.extend(_lint_job(job, Path(job.filename), settings, fcfg))
     return out
 

@@ -302,12 +302,37 @@ _JOB_KEYS = {
     "llamafactory": {"optim": ("optim",), "gradient_accumulation_steps": ("gradient_accumulation_steps",),
                      "gradient_checkpointing": ("gradient_checkpointing",), "save_strategy": ("save_strategy",),
                      "save_only_model": ("save_only_model",), "torch_compile": ("torch_compile",)},
+    # Oumi's nested TrainingParams (to_hf(): optimizer -> optim, compile -> torch_compile).
+    "oumi": {"optim": ("training.optimizer",), "gradient_accumulation_steps": ("training.gradient_accumulation_steps",),
+             "torch_compile": ("training.compile",)},
 }
 # The trainer class each tool runs for a preference/RL stage (axolotl `rl:`, LLaMA-Factory `stage:`): both
 # subclass trl's trainer of that name (axolotl core/trainers/dpo, LLaMA-Factory train/dpo/trainer.py).
 _RL_TRAINERS = {"dpo": "DPOTrainer", "ipo": "DPOTrainer", "kto": "KTOTrainer", "orpo": "ORPOTrainer",
                 "grpo": "GRPOTrainer", "simpo": "CPOTrainer"}
+# The transformers Trainer class a tool's supervised stages subclass, by stage (None: no stage written, the
+# tool's default): LLaMA-Factory train/pt CustomTrainer(Trainer), train/sft CustomSeq2SeqTrainer(Seq2SeqTrainer)
+# (stage sft is its default, hparams/finetuning_args.py), train/rm PairwiseTrainer(Trainer). (axolotl's
+# AxolotlTrainer subclasses Trainer too, but axolotl patches the Trainer's internals per release: not claimed.)
+_SUPERVISED_TRAINERS = {"llamafactory": {None: "Seq2SeqTrainer", "sft": "Seq2SeqTrainer", "pt": "Trainer",
+                                         "rm": "Trainer"}}
 _NO_DEFAULT_SAVE = "whether the tool writes checkpoints is left to its defaults (no save_strategy/save_steps written)"
+
+
+def _oumi_facts(job, facts: dict) -> None:
+    """Oumi's Trainer and checkpoint settings: TrainingParams.to_hf() saves every `save_steps` (default 100)
+    steps, else each epoch with `save_epoch`, else never; the trainer class comes from `trainer_type`."""
+    from fsdplint.launch.tools.oumi import trainer_class
+
+    steps, epoch = job.get("training.save_steps"), job.get("training.save_epoch")
+    n = steps.value if steps is not None else 100
+    saves = (isinstance(n, int) and not isinstance(n, bool) and n > 0) or (epoch is not None and _truthy(epoch.value) is True)
+    site = steps or epoch or job.get("training")
+    if site is not None:
+        facts["save_strategy"] = Fact("steps" if saves else "no", site)
+    name = trainer_class(job)
+    if name is not None:
+        facts["trainer"] = Fact(name, job.get("training.trainer_type") or job.get("training") or job.model)
 
 
 def job_facts(job) -> dict[str, Fact]:
@@ -354,9 +379,18 @@ def job_facts(job) -> dict[str, Fact]:
             facts.setdefault("mixed_precision", Fact(key, s))
     if job.lora_targets and any(_EMBEDDING.search(t) for t in job.lora_targets):
         facts["lora_targets_embedding"] = Fact(True, job.targets_setting)
+    if job.tool == "oumi":
+        _oumi_facts(job, facts)
     stage = job.get("rl") if job.tool == "axolotl" else job.get("stage")
     if stage is not None and str(stage.value).strip().lower() in _RL_TRAINERS:
         facts["trainer"] = Fact(_RL_TRAINERS[str(stage.value).strip().lower()], stage)
+    elif job.tool in _SUPERVISED_TRAINERS:
+        # Without a preference/RL stage the tool trains with its subclass of a transformers Trainer, whose
+        # FSDP handling (e.g. the peft auto-wrap policy for a LoRA model) is the Trainer's.
+        kind = str(stage.value).strip().lower() if stage is not None else None
+        name = _SUPERVISED_TRAINERS[job.tool].get(kind)
+        if name is not None:
+            facts["trainer"] = Fact(name, stage or job.model)
     resume = job.get("resume_from_checkpoint")
     if resume is not None and resume.value not in (None, False, ""):
         facts["loads_state"] = Fact(True, resume)

@@ -82,7 +82,11 @@ class KnownBugAtVersion(Rule):
     ## Versions
     Each advisory names its affected releases; an advisory whose boundary was not read at both adjacent
     releases is marked unverified and only warns. A version the code only proves as a lower bound, or a
-    declared range that also admits the fixed release (`accelerate>=1.11`), reports a warning.
+    declared range that also admits the fixed release (`accelerate>=1.11`), reports a warning. A declared
+    range whose lower bound is not affected but which admits an affected release (`accelerate>=0.27.2`
+    against a bug of accelerate >= 0.30.0) reports a warning that names that release, except for a bug of
+    one minor series' patch releases. A library the project does not declare takes its installed release
+    (what an install of an unpinned project gives): a bug fixed there is not reported.
 
     An unknown version (not declared, locked or installed) reports a warning that names the affected range,
     the fixed release and what decides it (a pin, or `--target-version LIB=X`), once per advisory and file,
@@ -263,12 +267,9 @@ def _version_not_worth_asking(adv, lib: str) -> bool:
     the library about one patch release would be noise; a job that declares an affected version still gets the
     finding."""
     spec = adv.affected if lib == adv.library else SpecifierSet(adv.when["versions"][lib])
+    if _one_series(spec):
+        return True
     uppers = [Version(s.version) for s in spec if s.operator in ("<", "<=")]
-    lowers = [Version(s.version) for s in spec if s.operator in (">", ">=", "==", "~=")]
-    if any(s.operator == "==" for s in spec):
-        return True
-    if uppers and lowers and (max(lowers).major, max(lowers).minor) == (min(uppers).major, min(uppers).minor):
-        return True
     oldest = versions.DEFAULTS.get(lib)
     return oldest is not None and bool(uppers) and min(uppers) <= Version(oldest)
 
@@ -361,7 +362,21 @@ def _versions_affected(ctx, adv, job):
             unknown.append(lib)
             continue
         if not spec.contains(tv.version, prereleases=True):
-            return None
+            # A declared range stands for every release it admits, not only its lower bound: one that admits
+            # an affected release (accelerate>=0.27.2 against an affected accelerate>=0.30.0) is affected too,
+            # as a warning, since it also admits releases that are not.
+            req = _requirement(tv)
+            hit = _admitted(req, spec) if req is not None and not _one_series(spec) else None
+            if hit is None:
+                return None  # (a bug of one minor series' patch releases: a range admitting it is no sign)
+            likely.append(f"{tv.source} admits {lib} {hit}, affected, but its lower bound {tv.version} is not; "
+                          f"pin the {lib} the job runs to decide")
+            tv = versions.TargetVersion(lib, hit, tv.source, tv.kind, tv.line)
+            if lib == adv.library:
+                main = tv
+            else:
+                others.append(tv.describe())
+            continue
         if not tv.known:
             likely.append(f"{tv.describe()} is only a lower bound")
         elif lib == adv.library and adv.fixed is not None:
@@ -372,6 +387,33 @@ def _versions_affected(ctx, adv, job):
         if lib != adv.library:
             others.append(tv.describe())
     return main, others, unknown, likely
+
+
+def _one_series(spec: SpecifierSet) -> bool:
+    """Whether an affected range is one release, or patch releases of one minor series (transformers 4.47.0
+    alone): asking every job whose version is not pinned to one release about it would be noise."""
+    uppers = [Version(s.version) for s in spec if s.operator in ("<", "<=")]
+    lowers = [Version(s.version) for s in spec if s.operator in (">", ">=", "==", "~=")]
+    if any(s.operator == "==" for s in spec):
+        return True
+    return bool(uppers and lowers) and (max(lowers).major, max(lowers).minor) == (min(uppers).major, min(uppers).minor)
+
+
+def _admitted(req: SpecifierSet, spec: SpecifierSet):
+    """The lowest release both specifier sets admit (a declared range and an affected range), or None. Tried
+    at the versions either set names and the next patch release after each (`>0.30` admits 0.30.1)."""
+    cands = set()
+    for s in list(req) + list(spec):
+        v = versions.parse_version(s.version)
+        if v is None:
+            continue
+        cands.add(v)
+        rel = v.release + (0,) * (3 - len(v.release)) if len(v.release) < 3 else v.release
+        cands.add(Version(".".join(map(str, rel[:-1] + (rel[-1] + 1,)))))
+    for v in sorted(cands):
+        if req.contains(v, prereleases=True) and spec.contains(v, prereleases=True):
+            return v
+    return None
 
 
 def _requirement(tv):

@@ -327,3 +327,186 @@ def test_an_accelerate_bug_is_not_reported_on_a_job_that_wraps_with_torch_itself
     found = _hits(through, adv, target={"accelerate": "1.12.0", "torch": "2.6.0"})
     assert found, "the same versions through accelerate's preparation are affected"
 
+
+
+# peft's fsdp_auto_wrap_policy bug: peft < 0.11.0 with accelerate >= 0.30.0, reached through the Trainer (from
+# transformers 4.39.0) for a LoRA model under FSDP1.
+AUTO_WRAP = "peft-fsdp-auto-wrap-policy-accelerate-0-30"
+SFT_LORA = """\
+from peft import LoraConfig
+from trl import SFTConfig, SFTTrainer
+args = SFTConfig("out", fsdp="full_shard auto_wrap")
+trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8))
+"""
+
+
+def test_a_declared_range_that_admits_an_affected_release_of_a_second_library_warns(tmp_path):
+    # The ranges' lower bounds (accelerate 0.27.2, transformers 4.37.2) are not affected, but both ranges admit
+    # releases that are: a warning that names the admitted release, in each place requirements are written.
+    ranges = ("peft>=0.10.0", "accelerate>=0.27.2", "transformers>=4.37.2")
+    shapes = {
+        "requirements.txt": "\n".join(ranges) + "\n",
+        "pyproject.toml": '[project]\nname = "job"\nversion = "0.1"\ndependencies = [\n'
+                          + "".join(f'  "{r}",\n' for r in ranges) + "]\n",
+        "setup.py": "from setuptools import setup\nsetup(name='job', install_requires=[\n"
+                    + "".join(f"    '{r}',\n" for r in ranges) + "])\n",
+    }
+    for name, text in shapes.items():
+        root = _project(tmp_path / name.replace(".", "-"), {"train.py": SFT_LORA, name: text})
+        found = [f for f in _check(root / "train.py") if AUTO_WRAP in f["message"] and f["filename"].endswith("train.py")]
+        assert len(found) == 1 and found[0]["severity"] == "warning", (name, found)
+        assert "admits accelerate 0.30.0" in found[0]["message"] and "admits transformers 4.39.0" in found[0]["message"]
+        # A range that stops before the affected releases says the job is not affected.
+        capped = text.replace("accelerate>=0.27.2", "accelerate>=0.27.2,<0.30")
+        root = _project(tmp_path / "capped" / name.replace(".", "-"), {"train.py": SFT_LORA, name: capped})
+        assert not [f for f in _check(root / "train.py") if AUTO_WRAP in f["message"]], name
+    # Exact pins of an affected pair: an error.
+    root = _project(tmp_path / "pins", {"train.py": SFT_LORA,
+                                        "requirements.txt": "peft==0.10.0\naccelerate==0.30.1\ntransformers==4.40.0\n"})
+    found = [f for f in _check(root / "train.py") if AUTO_WRAP in f["message"] and f["filename"].endswith("train.py")]
+    assert len(found) == 1 and found[0]["severity"] == "error"
+
+
+def test_a_range_admitting_a_bug_of_one_patch_release_is_silent(tmp_path):
+    # transformers 4.47.0 alone builds the optimizer before the FSDP1 wrap: a range that admits 4.47.0 among
+    # every other release is no sign of it (an exact pin is).
+    adv = "transformers-fsdp1-optimizer-before-wrap"
+    code = ("from transformers import Trainer, TrainingArguments\n"
+            "args = TrainingArguments('out', fsdp='full_shard auto_wrap')\nTrainer(model=model, args=args).train()\n")
+    root = _project(tmp_path / "range", {"train.py": code, "requirements.txt": "transformers>=4.40\n"})
+    assert not [f for f in _check(root / "train.py") if adv in f["message"]]
+    root = _project(tmp_path / "pin", {"train.py": code, "requirements.txt": "transformers==4.47.0\n"})
+    assert [f for f in _check(root / "train.py") if adv in f["message"]]
+
+
+LF_FSDP = "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_offload_params: false\n"
+
+
+def test_llamafactory_trains_with_the_trainer_in_a_yaml_job_and_a_launch_given_on_the_command_line(tmp_path, monkeypatch):
+    pins = "peft==0.10.0\naccelerate==0.30.1\ntransformers==4.40.0\n"
+    yaml = "model_name_or_path: m\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,v_proj\ntemplate: llama3\n"
+    fsdp = "fsdp: full_shard auto_wrap\n"
+    # The YAML job: LLaMA-Factory's sft stage is a Seq2SeqTrainer subclass (also when no stage is written).
+    for name, text in (("sft", yaml + fsdp), ("default-stage", yaml.replace("stage: sft\n", "") + fsdp)):
+        root = _project(tmp_path / name, {"lf.yaml": text, "requirements.txt": pins})
+        found = [f for f in _check(root / "lf.yaml") if AUTO_WRAP in f["message"] and f["filename"].endswith("lf.yaml")]
+        assert len(found) == 1 and found[0]["severity"] == "error", (name, found)
+    # Full fine-tuning has no adapter: not this bug.
+    root = _project(tmp_path / "full", {"lf.yaml": yaml.replace("lora", "full") + fsdp, "requirements.txt": pins})
+    assert not [f for f in _check(root / "lf.yaml") if AUTO_WRAP in f["message"]]
+    # The same job as the flags of a command given with --launch (it replaces the project's launchers): the
+    # accelerate config it names is linted with the job, whose values point at the command.
+    root = _project(tmp_path / "launch", {"examples/accelerate/fsdp.yaml": LF_FSDP, "src/train.py": "print()\n",
+                                          "requirements.txt": pins})
+    monkeypatch.chdir(root)
+    cmd = ("accelerate launch --config_file examples/accelerate/fsdp.yaml src/train.py --stage sft "
+           "--model_name_or_path m --finetuning_type lora --lora_target q_proj,v_proj --template llama3")
+    r = CliRunner().invoke(main, ["check", ".", "--select", "FSDP601", "--output-format", "json", "--exit-zero",
+                                  "--isolated", "--launch", cmd])
+    found = [f for f in json.loads(r.output) if AUTO_WRAP in f["message"]]
+    assert {f["filename"] for f in found} == {"--launch", "requirements.txt"}, found
+    assert all(f["severity"] == "error" for f in found)
+    # Without the command, the project has no launcher: no job.
+    r = CliRunner().invoke(main, ["check", ".", "--select", "FSDP601", "--output-format", "json", "--exit-zero",
+                                  "--isolated"])
+    assert not [f for f in json.loads(r.output) if AUTO_WRAP in f["message"]]
+
+
+OUMI = """\
+model:
+  model_name: meta-llama/Llama-3.1-8B-Instruct
+  torch_dtype_str: bfloat16
+training:
+  trainer_type: TRL_SFT
+  use_peft: true
+  save_steps: 200
+  optimizer: paged_adamw_8bit
+peft:
+  q_lora: true
+  lora_r: 16
+fsdp:
+  enable_fsdp: true
+  auto_wrap_policy: TRANSFORMER_BASED_WRAP
+"""
+TRL_SCRIPT = """\
+from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+
+
+def main():
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config()
+    trainer = SFTTrainer(model=model_args.model_name_or_path, args=training_args,
+                         peft_config=get_peft_config(model_args))
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_optimizer_setting_in_each_tools_yaml(tmp_path):
+    # One advisory (bitsandbytes' 8-bit state under FSDP1, saved at each checkpoint), the optimizer written
+    # the way each tool spells it: axolotl `optimizer:`, LLaMA-Factory `optim:`, Oumi `training.optimizer:`, and
+    # a trl recipe's `optim:` (a TrainingArguments field the script's parser reads).
+    shapes = {
+        "axolotl": ({"job.yml": AXOLOTL.replace("fsdp_version: 2", "fsdp_version: 1").replace(
+            "  offload_params: true\n", "  reshard_after_forward: true\nsave_steps: 100\n")}, "job.yml", 8),
+        "llamafactory": ({"job.yaml": LLAMAFACTORY.replace(" offload", "").replace("adamw_bnb_8bit", "adamw_8bit")
+                          + "fsdp_config:\n  version: 1\nsave_steps: 500\n"}, "job.yaml", 6),
+        "oumi": ({"job.yaml": OUMI}, "job.yaml", 8),
+        "trl-recipe": ({"train.py": TRL_SCRIPT, "recipes/sft.yaml": "model_name_or_path: m\noutput_dir: out\n"
+                        "optim: paged_adamw_8bit\nuse_peft: true\n",
+                        "recipes/fsdp.yaml": "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n",
+                        "run.sh": "accelerate launch --config_file recipes/fsdp.yaml train.py --config recipes/sft.yaml\n"},
+                       "recipes/sft.yaml", 3),
+    }
+    for tool, (files, where, row) in shapes.items():
+        for pin, expected in (("bitsandbytes==0.49.1\n", True), ("bitsandbytes==0.49.2\n", False)):
+            root = _project(tmp_path / tool / pin.strip(), {**files, "requirements.txt": pin})
+            found = [f for f in _check(root) if STATE_FSDP1 in f["message"] and f["filename"].endswith(where)]
+            assert bool(found) is expected, (tool, pin, found)
+            if expected:
+                assert found[0]["location"]["row"] == row, (tool, found)
+        # A 32-bit optimizer: nothing.
+        plain = {k: v.replace("paged_adamw_8bit", "adamw_torch").replace("adamw_8bit", "adamw_torch")
+                 for k, v in files.items()}
+        root = _project(tmp_path / tool / "32bit", {**plain, "requirements.txt": "bitsandbytes==0.49.1\n"})
+        assert not [f for f in _check(root) if STATE_FSDP1 in f["message"]], tool
+
+
+def test_oumi_fsdp_and_checkpoints_from_its_sections(tmp_path):
+    pin = {"requirements.txt": "bitsandbytes==0.49.1\n"}
+    # No FSDP section switched on, or Oumi's own trainer (which wraps the model itself): no accelerate FSDP job.
+    for name, text in (("no-fsdp", OUMI.replace("enable_fsdp: true", "enable_fsdp: false")),
+                       ("oumi-trainer", OUMI.replace("TRL_SFT", "OUMI"))):
+        root = _project(tmp_path / name, {"job.yaml": text, **pin})
+        assert not [f for f in _check(root / "job.yaml") if STATE_FSDP1 in f["message"]], name
+    # No checkpoints (save_steps 0, no save_epoch): the optimizer state is never gathered.
+    root = _project(tmp_path / "no-save", {"job.yaml": OUMI.replace("save_steps: 200", "save_steps: 0"), **pin})
+    assert not [f for f in _check(root / "job.yaml") if STATE_FSDP1 in f["message"]]
+    # Oumi's default saves every 100 steps: certain without a save key.
+    root = _project(tmp_path / "default", {"job.yaml": OUMI.replace("  save_steps: 200\n", ""), **pin})
+    found = [f for f in _check(root / "job.yaml") if STATE_FSDP1 in f["message"] and f["filename"].endswith("job.yaml")]
+    assert found and found[0]["severity"] == "error"
+    # CPU offload from `fsdp.cpu_offload`: the 8-bit step on CPU shards.
+    root = _project(tmp_path / "offload", {"job.yaml": OUMI + "  cpu_offload: true\n", **pin})
+    assert [f for f in _check(root / "job.yaml") if CPU_OFFLOAD in f["message"]]
+    # A config of another program with `model:` and `training:` sections but no model_name is not Oumi's.
+    other = OUMI.replace("model_name:", "name:")
+    root = _project(tmp_path / "other", {"job.yaml": other, **pin})
+    assert not _check(root / "job.yaml")
+
+
+def test_an_accelerate_config_linted_alone_uses_its_projects_versions(tmp_path):
+    # The config's own lint and a script launched with it read the same pins: no "no known version" warning
+    # on one path while the other knows the release.
+    adv = "accelerate-fsdp2-full-state-dict-refused"
+    cfg = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_state_dict_type: FULL_STATE_DICT\n"
+    for pin, severity in (("accelerate==1.6.0\n", "error"), ("accelerate>=1.3.0,<=1.11.0\n", "warning"),
+                          ("accelerate==1.7.0\n", None)):
+        root = _project(tmp_path / pin.strip().replace("=", "").replace(",", "-").replace("<", "").replace(">", ""),
+                        {"configs/fsdp.yaml": cfg, "requirements.txt": pin})
+        found = [f for f in _check(root / "configs" / "fsdp.yaml") if adv in f["message"]]
+        assert [f["severity"] for f in found if f["filename"].endswith("fsdp.yaml")] == ([severity] if severity else []), (pin, found)
+        assert not [f for f in found if "no known version" in f["message"]]

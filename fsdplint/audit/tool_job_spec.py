@@ -41,13 +41,18 @@ def spec_for_job(job: Job, config_json: Optional[str]) -> Any:
     locations: dict = {}
     q = job.quant
     if q is not None:
+        from fsdplint.launch.tools.llamafactory import INFERRED_DTYPE, inferred_dtype
+
+        def concrete(dtype):  # a dtype the tool infers from the checkpoint: the one it picks for this config
+            return inferred_dtype(cfg.get("torch_dtype")) if dtype == INFERRED_DTYPE else dtype
+
         if q.bits == 4:
-            data["quantization"] = {"load_in_4bit": True, "bnb_4bit_quant_storage": q.storage or "uint8"}
+            data["quantization"] = {"load_in_4bit": True, "bnb_4bit_quant_storage": concrete(q.storage) or "uint8"}
         else:
             data["quantization"] = {"load_in_8bit": True}
         locations["quantization"] = (q.setting.line, 1)
         if q.model_dtype:
-            data["dtype"] = q.model_dtype
+            data["dtype"] = concrete(q.model_dtype)
     if job.adapter is not None:
         lora: dict = {"r": int(job.value("lora_r", job.value("lora_rank", 8)) or 8)}
         alpha = job.value("lora_alpha")

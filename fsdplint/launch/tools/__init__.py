@@ -1,4 +1,4 @@
-"""Training-tool configs (axolotl, LLaMA-Factory) read as jobs.
+"""Training-tool configs (axolotl, LLaMA-Factory, Oumi) read as jobs.
 
 Many QLoRA + FSDP jobs have no training code of their own: the job is a YAML file for a tool
 that builds the model, the quantization config, the adapter and the FSDP plugin from it. A
@@ -13,4 +13,4 @@ The rules check a job through `ctx.options["job"]` (see `Job.gate`), and its FSD
 ordinary launch facts (`fsdplint.launch.settings.LaunchFacts`), so the existing launch checks apply too.
 """
 
-TOOLS = ("axolotl", "llamafactory")
+TOOLS = ("axolotl", "llamafactory", "oumi")

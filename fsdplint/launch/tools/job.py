@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from fsdplint.launch.settings import LaunchFacts, Setting
 
-TOOL_NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "recipe": "the trl recipe"}
+TOOL_NAMES = {"axolotl": "axolotl", "llamafactory": "LLaMA-Factory", "oumi": "Oumi", "recipe": "the trl recipe"}
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,12 @@ def _scalar(v):
 
 
 def jobs_launched_with(config: Path, facts, root: Optional[str], versions_for, *, explicit=None,
-                       use_installed: bool = True) -> list:
+                       use_installed: bool = True, given=None) -> list:
     """LLaMA-Factory jobs given as launcher flags (`accelerate launch --config_file CONFIG src/train.py
     --stage sft --quantization_bit 4 ...`), each launched with this accelerate config. Values point at
-    the launcher's lines. `versions_for(path)` resolves the library versions near the launcher."""
+    the launcher's lines. `versions_for(path)` resolves the library versions near the launcher. `given`:
+    the commands of `--launch` (they replace the project's launchers; their values point at `--launch`,
+    their versions are those of the config's project)."""
     from fsdplint.launch.settings import Setting
     from fsdplint.launch.tools.launchers import _display, lines_naming_config, search_root
     from fsdplint.launch.tools.llamafactory import looks_like, use_launch
@@ -65,19 +67,24 @@ def jobs_launched_with(config: Path, facts, root: Optional[str], versions_for, *
 
     base = search_root(config, root)
     out = []
-    for ll in lines_naming_config(config, base):
+    for ll in lines_naming_config(config, base, given):
         if not ll.llamafactory_args:
             continue
-        name = str(_display(ll.launcher))
+        name = str(_display(ll.launcher)) if given is None else str(ll.launcher)
         values = {k: Setting(k, _scalar(v), name, row) for k, v, row in ll.llamafactory_args}
         if not looks_like(set(values) | {"model_name_or_path"}) or "model_name_or_path" not in values:
             continue  # a generic train.py with other flags
-        try:
-            text = ll.launcher.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        job = job_from_values("llamafactory", name, text, values, path=ll.launcher, explicit=explicit,
-                              use_installed=use_installed, versions=versions_for(ll.launcher))
+        if given is None:
+            try:
+                text = ll.launcher.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            near = ll.launcher
+        else:
+            text = next((l.text for l in given if l.line == ll.line and l.file == str(ll.launcher)), "")
+            near = config  # a typed command belongs to no file: the versions are the config's project's
+        job = job_from_values("llamafactory", name, text, values, path=near, explicit=explicit,
+                              use_installed=use_installed, versions=versions_for(near))
         use_launch(job, facts, f"launched with {facts.source}")
         out.append(job)
     return out

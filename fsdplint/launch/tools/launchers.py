@@ -52,7 +52,8 @@ def _line_of(sh: Path, launch: Launch, root: Path) -> Optional[LaunchLine]:
     cfg_word = launch.options.get("config_file")
     if launch.launcher != "accelerate" or cfg_word is None or cfg_word.unknown:
         return None  # `--config_file` of some other program, or one the reader cannot know
-    dirs = working_dirs(launch, root)
+    # A command given on the command line runs where fsdplint runs (then the project root).
+    dirs = working_dirs(launch, root) if launch.path else [Path.cwd().resolve(), root]
     cfg = _resolve(cfg_word.text, dirs)
     if cfg is None or cfg.suffix not in (".yaml", ".yml"):
         return None
@@ -112,11 +113,16 @@ def configs_for(path: Path, project_root: Path) -> list[Path]:
     return [_display(p) for p in out]
 
 
-def lines_naming_config(config: Path, project_root: Path) -> list[LaunchLine]:
-    """The launcher command lines that pass `config` with --config_file."""
+def lines_naming_config(config: Path, project_root: Path, given=None) -> list[LaunchLine]:
+    """The launcher command lines that pass `config` with --config_file: the project's, or with `given` (the
+    commands of `--launch`, which replace the project's launchers) those commands."""
     target = Path(os.path.normpath(Path(config).resolve()))
-    return [ll for ll in launch_lines(Path(os.path.normpath(Path(project_root).resolve())))
-            if Path(os.path.normpath(ll.config.resolve())) == target]
+    root = Path(os.path.normpath(Path(project_root).resolve()))
+    if given is not None:
+        lines = [ll for ll in (_line_of(Path(l.file), l, root) for l in given) if ll is not None]
+    else:
+        lines = launch_lines(root)
+    return [ll for ll in lines if Path(os.path.normpath(ll.config.resolve())) == target]
 
 
 def project_root(path: Path) -> Path:

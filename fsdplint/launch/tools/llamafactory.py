@@ -87,11 +87,23 @@ def use_launch(job: Job, facts: LaunchFacts, why: str) -> None:
         job.fsdp_version_why = why
 
 
+# The compute dtype when the YAML writes none: model/patcher.py infers it from the checkpoint's torch_dtype
+# (extras/misc.py infer_optim_dtype, the same at v0.6.0 and v0.9.0: bfloat16 for a bfloat16 checkpoint where
+# bf16 is available, else float16 where fp16 is, else float32) - a float dtype, whichever it is.
+INFERRED_DTYPE = "bfloat16 or float16 (inferred from the checkpoint's dtype)"
+
+
+def inferred_dtype(checkpoint_dtype) -> str:
+    """The dtype infer_optim_dtype picks on a GPU with bf16 for a checkpoint's `torch_dtype`."""
+    return "bfloat16" if dtype_name(checkpoint_dtype) == "bfloat16" else "float16"
+
+
 def _compute_dtype(job: Job) -> Optional[str]:
     for key, dt in (("pure_bf16", "bfloat16"), ("bf16", "bfloat16"), ("fp16", "float16")):
         if job.value(key) is True:
             return dt
-    return dtype_name(job.value("infer_dtype"))
+    # (`infer_dtype` counts only when the model is not trained: model/patcher.py `not is_trainable`.)
+    return INFERRED_DTYPE
 
 
 def _fill_quant(job: Job, versions: dict) -> None:

@@ -10,27 +10,38 @@ from fsdplint.launch.tools.job import Job, mapping_values, yaml_tree
 
 
 def recognise(text: str, filename: str, *, recipes: bool = False) -> Optional[str]:
-    """"axolotl" / "llamafactory" when the YAML text is such a config (by its keys), else None;
+    """"axolotl" / "llamafactory" / "oumi" when the YAML text is such a config (by its keys), else None;
     with `recipes`, also "recipe" for a trl / alignment-handbook recipe (model side only)."""
-    if "base_model" not in text and "model_name_or_path" not in text:
-        return None  # cheap pre-filter: both tools name the model with one of these keys
+    if "base_model" not in text and "model_name" not in text:
+        return None  # cheap pre-filter: the tools name the model base_model, model_name_or_path or model_name
     root = yaml_tree(text, filename)
     if root is None:
         return None
     keys = {str(k.value) for k, _ in root.value}
     import fsdplint.launch.tools.axolotl as axolotl
     import fsdplint.launch.tools.llamafactory as llamafactory
+    import fsdplint.launch.tools.oumi as oumi
 
     if axolotl.looks_like(keys):
         return "axolotl"
     if llamafactory.looks_like(keys):
         return "llamafactory"
+    nested = {f"{k.value}.{kk.value}" for k, v in root.value if isinstance(v, yaml_mapping())
+              for kk, _ in v.value}
+    if oumi.looks_like(keys, nested):
+        return "oumi"
     if recipes:
         import fsdplint.launch.tools.recipe as recipe
 
         if recipe.looks_like(keys):
             return "recipe"
     return None
+
+
+def yaml_mapping():
+    import yaml
+
+    return yaml.MappingNode
 
 
 def read_job(text: str, filename: str, *, path: Optional[Path] = None, explicit: Optional[dict] = None,
@@ -56,10 +67,11 @@ def job_from_values(tool: str, filename: str, text: str, values: dict[str, Setti
     import fsdplint.launch.tools.llamafactory as llamafactory
     from fsdplint.launch.tools.defaults import tool_version
 
+    import fsdplint.launch.tools.oumi as oumi
     import fsdplint.launch.tools.recipe as recipe
 
-    tv = tool_version(tool, path, explicit or {}, use_installed) if tool != "recipe" else None
-    reader = {"axolotl": axolotl, "llamafactory": llamafactory, "recipe": recipe}[tool]
+    tv = tool_version(tool, path, explicit or {}, use_installed) if tool in ("axolotl", "llamafactory") else None
+    reader = {"axolotl": axolotl, "llamafactory": llamafactory, "oumi": oumi, "recipe": recipe}[tool]
     job = Job(tool, filename, text, dict(values), tv)
     reader.fill(job, versions or {}, path)
     return job
