@@ -5,6 +5,8 @@ there, once however many callers reach it, with the calls as related locations."
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -66,6 +68,7 @@ def relocate(results: list) -> list:
         for f in r.findings:  # (a cause outside the linted files stays at the call: the markers go)
             f.notes.pop(CAUSE, None)
             f.notes.pop(OWN_MESSAGE, None)
+    _gather_foreign(results, by_path)
     for (filename, start, code), f in moved.items():
         target = next(r for r in results if r.filename == filename)
         same = next((g for g in target.findings if g.code == code and g.start == start), None)
@@ -75,3 +78,40 @@ def relocate(results: list) -> list:
             target.findings.append(f)
             target.findings.sort(key=lambda g: g.sort_key())
     return results
+
+
+def _shown(name: str, cwd: str) -> str:
+    """An absolute path below the working directory as findings name files: relative to it."""
+    if os.path.isabs(name) and (name + os.sep).startswith(cwd + os.sep):
+        return os.path.relpath(name, cwd)
+    return name
+
+
+def _gather_foreign(results: list, by_path: dict) -> None:
+    """A finding a file's lint reports in another file (a launch read from a document leads to findings in the
+    accelerate config it names) is named as that file is named, and belongs to that file's result when it is
+    linted in the same run: one finding per code and place there, the other's launches as related locations."""
+    try:
+        cwd = str(Path.cwd().resolve())
+    except OSError:
+        return
+    for r in results:
+        keep = []
+        for f in r.findings:
+            if os.path.isabs(f.filename) or any(os.path.isabs(x.filename) for x in f.related):
+                prefix = cwd + os.sep
+                f.filename = _shown(f.filename, cwd)
+                f.related = [replace(x, filename=_shown(x.filename, cwd)) for x in f.related]
+                f.message = f.message.replace(prefix, "")
+            target = by_path.get(_key(f.filename)) if f.filename != r.filename else None
+            if target is None or target is r:
+                keep.append(f)
+                continue
+            same = next((g for g in target.findings if g.code == f.code and g.start == f.start), None)
+            if same is None:
+                f.filename = target.filename
+                target.findings.append(f)
+                target.findings.sort(key=lambda g: g.sort_key())
+            else:
+                same.related.extend(x for x in f.related if x not in same.related)
+        r.findings = keep
