@@ -55,7 +55,8 @@ def _run(spec: dict, result: dict, started: float) -> None:
     sentinel.install()
     from fsdplint.run import ranks
 
-    ranks.install(spec["rank"], spec.get("user_root") or spec.get("cwd") or os.getcwd())
+    ranks.install(spec["rank"], spec.get("user_root") or spec.get("cwd") or os.getcwd(),
+                  os.path.dirname(os.path.abspath(spec["result"])))
 
     def on_stop(point, model, optimizer):
         if model is None:

@@ -37,11 +37,12 @@ INT_MARKER = 90
 
 _BUILDING = contextvars.ContextVar("fsdplint_building_twin", default=False)
 RECORD: dict = {"loads": [], "wraps": [], "collectives": [], "unfilled_at_stop": None, "notes": []}
-_STATE = {"fsdp1_depth": 0, "user_root": None, "rank": 0, "job": True}
+_STATE = {"fsdp1_depth": 0, "user_root": None, "rank": 0, "job": True, "channel": None, "objects": 0}
+OBJECT_WAIT = 120.0  # seconds a receiving rank waits for rank 0's object
 
 
-def install(rank: int, user_root: str) -> None:
-    _STATE["rank"], _STATE["user_root"] = rank, user_root
+def install(rank: int, user_root: str, channel: str | None = None) -> None:
+    _STATE["rank"], _STATE["user_root"], _STATE["channel"] = rank, user_root, channel
     _from_config()
     _rank_local_load()
     _to_empty_marker()
@@ -420,6 +421,12 @@ def _logged(name: str, fn):
                 entry["filled"] = True
             _append(entry)
             return out
+        if name == "broadcast_object_list":
+            objects = args[0] if args else kwargs.get("object_list")
+            src = kwargs.get("src", args[1] if len(args) > 1 else 0)
+            entry["src"] = src
+            _append(entry)
+            return _broadcast_objects(fn, objects, src, entry, args, kwargs)
         _append(entry)
         return fn(*args, **kwargs)
 
@@ -427,10 +434,48 @@ def _logged(name: str, fn):
     return call
 
 
+def _broadcast_objects(fn, objects, src, entry, args, kwargs):
+    """`broadcast_object_list` from rank 0: the fake group moves no bytes (a receiving rank would
+    unpickle zeros), so the simulated rank 0 hands its objects to the other simulated rank through the
+    run's directory, in call order, as the cluster's broadcast would. A rank 0 that never sends them
+    (it took another path) leaves the receiver with its own objects, recorded as unmatched."""
+    import pickle
+    import time
+
+    channel, rank = _STATE["channel"], _STATE["rank"]
+    n = _STATE["objects"]
+    _STATE["objects"] += 1
+    if channel is None or src != 0 or objects is None:
+        return fn(*args, **kwargs)
+    path = os.path.join(channel, f"objects-{n}.pkl")
+    if rank == 0:
+        out = fn(*args, **kwargs)
+        try:
+            with open(path + ".tmp", "wb") as f:
+                pickle.dump(list(objects), f)
+            os.replace(path + ".tmp", path)
+        except Exception:  # noqa: BLE001 - an object pickle refuses is refused on the cluster too
+            pass
+        return out
+    deadline = time.monotonic() + OBJECT_WAIT
+    done = os.path.join(channel, "rank0.json")
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        if os.path.exists(done) and not os.path.exists(path):
+            break
+        time.sleep(0.05)
+    try:
+        with open(path, "rb") as f:
+            objects[:] = pickle.load(f)
+        entry["received"] = True
+    except (OSError, EOFError, pickle.UnpicklingError):
+        entry["unmatched"] = True
+    return None
+
+
 def _append(entry: dict) -> None:
     log = RECORD["collectives"]
     if len(log) < 5000:
-        entry["frame"] = None
+        entry["frame"] = _frame()  # where the job's own code entered it (a library's call: its caller)
         log.append(entry)
 
 
@@ -460,9 +505,9 @@ def record() -> dict:
 def findings(result) -> list:
     """FSDP011 where a rank's shards are never filled: it wrapped parameters without values (meta, or
     memory nothing initialized) and no `sync_module_states` broadcast fills them, or the rank the
-    broadcast comes from holds nothing itself."""
+    broadcast comes from holds nothing itself; FSDP401 for a collective one rank alone enters. File
+    names are as the job's frames give them (the report shortens them)."""
     from fsdplint.findings import Position
-    from fsdplint.run.report import _display
     from fsdplint.runtime.codes import make_finding
 
     by_rank = {r.rank: (r.data.get("holds") or {}) for r in result.ranks}
@@ -480,11 +525,66 @@ def findings(result) -> list:
             f.notes["ranks"] = str(rank)
             if w.get("frame"):
                 path, line, text = w["frame"]
-                f.filename, f.start, f.end = _display(path), Position(line, 1), Position(line, 1)
+                f.filename, f.start, f.end = path, Position(line, 1), Position(line, 1)
                 f.source_line = text
             out.append(f)
             break
+    out.extend(_unmatched_collectives(result))
     return out
+
+
+def _unmatched_collectives(result) -> list:
+    """A collective one simulated rank enters and the other does not, between the start and the same
+    stop point: on the cluster the rank that entered it waits for the others forever (FSDP401)."""
+    from collections import Counter
+
+    from fsdplint.findings import Position
+    from fsdplint.runtime.codes import make_finding
+
+    done = [r for r in result.ranks if not r.data.get("exception") and not r.timed_out and r.data.get("holds")]
+    if len(done) < 2 or len({r.data.get("point") for r in done}) > 1:
+        return []
+    logs = {r.rank: r.data["holds"].get("collectives") or [] for r in done}
+    if any(len(log) >= 5000 for log in logs.values()):
+        return []
+    counts = {rank: Counter(c["op"] for c in log) for rank, log in logs.items()}
+    out = []
+    ranks = sorted(logs)
+    for rank in ranks:
+        others = [o for o in ranks if o != rank]
+        for op in counts[rank]:
+            extra = counts[rank][op] - min(counts[o][op] for o in others)
+            if extra <= 0:
+                continue
+            # The first of this rank's calls the other rank has no counterpart for.
+            seen = Counter()
+            entry = None
+            limit = min(counts[o][op] for o in others)
+            for c in logs[rank]:
+                if c["op"] == op:
+                    seen[op] += 1
+                    if seen[op] > limit:
+                        entry = c
+                        break
+            other = others[0]
+            f = make_finding("FSDP401", (
+                f"rank {rank} enters {extra} more {op}() than rank {other} before "
+                f"{_point_text(result.ranks[0].data.get('point'))} ({counts[rank][op]} against {counts[other][op]}): "
+                f"on the cluster it waits in that collective for ranks that never enter it, and the job hangs "
+                f"until the NCCL timeout. Run the collective on every rank (only the write under the rank "
+                f"test). [rank {rank} of {result.world_size}]"))
+            f.notes["ranks"] = str(rank)
+            frame = (entry or {}).get("frame")
+            if frame:
+                f.filename, f.start, f.end = frame[0], Position(frame[1], 1), Position(frame[1], 1)
+                f.source_line = frame[2]
+            out.append(f)
+    return out
+
+
+def _point_text(point) -> str:
+    return {"step": "the first optimizer step", "forward": "the first training forward",
+            "end": "the end of the job", "exit": "the end of the job"}.get(point, "the stop point")
 
 
 def _judge(rank: int, w: dict, rec: dict, src: dict | None, source: dict) -> str:
@@ -517,7 +617,6 @@ def _judge(rank: int, w: dict, rec: dict, src: dict | None, source: dict) -> str
             return (f"rank {rank}'s shards are filled by broadcasts from rank 0, but rank 0 sends no values: "
                     f"{stop['count']} parameters ({', '.join(stop['examples'])}) hold none at the first step on "
                     f"rank {rank}. Load the weights on rank 0 before broadcasting them.")
-        return ""
     return (f"rank {rank} reaches its first optimizer step with {stop['count']} parameters "
             f"({', '.join(stop['examples'])}) that nothing filled after fully_shard (on meta or uninitialized "
             "memory from to_empty()): it trains them from garbage. Load or broadcast the weights into every "

@@ -78,7 +78,9 @@ def findings(result: RunResult) -> list[Finding]:
         out.append(f)
     from fsdplint.run import ranks as rank_paths
 
-    out.extend(rank_paths.findings(result))  # what only a comparison of the ranks shows
+    for f in rank_paths.findings(result):  # what only a comparison of the ranks shows
+        f.filename = _display(f.filename) if not f.filename.startswith("<") else f.filename
+        out.append(f)
     return out
 
 
