@@ -167,7 +167,7 @@ def _as_this_rank_loads(model, cls, name, original, args, kwargs):
     RECORD["notes"].append(
         f"cpu-RAM-efficient loading (FSDP_CPU_RAM_EFFICIENT_LOADING, not local rank 0): this rank's model came "
         f"from the installed transformers' own loader, which left {counts['values']} tensors with values, "
-        f"{counts['meta']} on meta, {counts['uninitialized']} uninitialized")
+        f"{counts['meta']} on meta, {counts['uninitialized']} uninitialized ({how})")
     for attr in ("hf_quantizer", "is_loaded_in_4bit", "is_loaded_in_8bit"):
         if hasattr(model, attr) and not hasattr(loaded, attr):
             setattr(loaded, attr, getattr(model, attr))
