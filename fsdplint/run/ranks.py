@@ -171,6 +171,13 @@ def _as_this_rank_loads(model, cls, name, original, args, kwargs):
     for attr in ("hf_quantizer", "is_loaded_in_4bit", "is_loaded_in_8bit"):
         if hasattr(model, attr) and not hasattr(loaded, attr):
             setattr(loaded, attr, getattr(model, attr))
+    # The job (and trl, peft) read the model's path back: the one it asked for, not the twin's checkpoint.
+    loaded.config._name_or_path = model.config._name_or_path
+    if hasattr(model, "name_or_path"):
+        try:
+            loaded.name_or_path = model.name_or_path
+        except AttributeError:
+            pass
     return loaded
 
 
@@ -400,6 +407,15 @@ def _collectives() -> None:
 def _logged(name: str, fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        if _STATE.get("inside"):  # a collective another one runs (broadcast_object_list's broadcasts)
+            return fn(*args, **kwargs)
+        _STATE["inside"] = True
+        try:
+            return _call(*args, **kwargs)
+        finally:
+            _STATE["inside"] = False
+
+    def _call(*args, **kwargs):
         entry = {"op": name}
         if name == "broadcast":
             tensor = args[0] if args else kwargs.get("tensor")
