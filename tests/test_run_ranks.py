@@ -128,3 +128,13 @@ def test_a_barrier_only_rank_0_enters_is_a_hang_at_its_line(workdir, tmp_path):
     assert [f["code"] for f in found] == ["FSDP401"], found
     assert "rank 0 enters 1 more barrier() than rank 1" in found[0]["message"]
     assert found[0]["location"]["row"] == _line_of(workdir / "fsdp2_barrier_on_rank0.py", "dist.barrier()")
+
+
+def test_trainer_under_cpu_ram_efficient_fsdp1_runs_clean_on_every_rank(workdir):
+    # SFTTrainer + accelerate's FSDP1 prepare with fsdp_cpu_ram_efficient_loading: the non-zero rank's model
+    # comes from transformers' own loader and keeps the path the job named (trl reads it back).
+    pytest.importorskip("trl")
+    (workdir / "data.jsonl").write_text('{"text": "hello world the cat"}\n{"text": "the dog sat on the mat"}\n')
+    p, found = _run(workdir, "--world-size", "2", "--", "accelerate", "launch", "--config_file",
+                    "accelerate_fsdp1_efficient.yaml", "sft_trainer.py", "tiny")
+    assert p.returncode == 0 and found == [], found
