@@ -13,7 +13,7 @@ class SyncModuleStatesMisconfig(Rule):
     code = "FSDP011"
     name = "sync-module-states-misconfig"
     severity = Severity.ERROR
-    sides = "S"
+    sides = "SR"
     fix = Applicability.SAFE
     versions = {"torch": ">=1.12"}
     summary = "Rank-0-only loading without `sync_module_states=True` (+ device_id), or the reverse."
@@ -39,6 +39,12 @@ class SyncModuleStatesMisconfig(Rule):
       meta/empty model`) without `sync_module_states=True`.
     - `FullyShardedDataParallel(sync_module_states=True)` on a model still on the CPU, without `device_id`.
     - accelerate configs with `fsdp_cpu_ram_efficient_loading: true` and `fsdp_sync_module_states: false`.
+    - Under `fsdplint run`: a simulated rank whose shards nothing fills. Each rank loads as the real stack
+      loads it (the job's own rank guard; transformers' cpu-RAM-efficient loader on a non-zero local rank),
+      and the run records, at each wrap, the parameters on meta or holding memory `to_empty()` left
+      uninitialized: reported when FSDP1 wraps them without `sync_module_states=True`, when the rank the
+      broadcast comes from holds nothing either, and (FSDP2) when they still hold nothing at the first
+      optimizer step (no `set_model_state_dict(..., broadcast_from_rank0=True)` or load filled them).
 
     ## Why is this bad?
     Rank-0-only loading saves host memory, but then only rank 0 holds the real weights. FSDP broadcasts

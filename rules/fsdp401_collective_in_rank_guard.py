@@ -11,7 +11,7 @@ class CollectiveInRankGuard(Rule):
     code = "FSDP401"
     name = "collective-in-rank-guard"
     severity = Severity.ERROR
-    sides = "S"
+    sides = "SR"
     summary = (
         "state_dict gathering (`state_dict()`, `get_peft_model_state_dict`, `save_state`, FSDP1 FULL_STATE_DICT) "
         "or an explicit collective (`dist.all_reduce`, `dist.barrier`, `DTensor.full_tensor()`) called on rank 0 "
@@ -35,6 +35,10 @@ class CollectiveInRankGuard(Rule):
     `FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, ...)` context; code in a branch that runs only
     under FSDP (`if trainer.is_fsdp_enabled:`, `if accelerator.distributed_type == DistributedType.FSDP:`)
     counts as FSDP, and code in a branch that runs only without it is left alone.
+
+    Under `fsdplint run`, the collectives each simulated rank enters (torch.distributed's Python API) are
+    logged; when rank 0 and the last rank reached the same stop point and one entered more of a collective
+    than the other, that collective is reported at the job's line that entered it.
 
     ## Why is this bad?
     Gathering a sharded state dict is a collective: every rank must take part in the all-gathers. When

@@ -53,12 +53,17 @@ def _run(spec: dict, result: dict, started: float) -> None:
     standins.install()  # hub data, tokenizers and kernels this machine cannot load
     wraps.install()
     sentinel.install()
+    from fsdplint.run import ranks
+
+    ranks.install(spec["rank"], spec.get("user_root") or spec.get("cwd") or os.getcwd(),
+                  os.path.dirname(os.path.abspath(spec["result"])))
 
     def on_stop(point, model, optimizer):
         if model is None:
             return
         from fsdplint.run import live
 
+        ranks.at_stop(model)
         try:
             result["findings"] = live.checks(model, optimizer)
             if point == "step":
@@ -108,6 +113,8 @@ def _run(spec: dict, result: dict, started: float) -> None:
         result["exception"] = {"text": errors.one_line(e), "code": errors.rule_for(str(e)), "frame": frame,
                                "traceback": traceback.format_exc(limit=-8)}
     result["reached"] = list(sentinel.PROGRESS.points)
+    result["holds"] = ranks.record()  # what each wrap held, the collectives entered (see ranks)
+    result["notes"].extend(ranks.RECORD["notes"])
     result["notes"].extend(models.NOTES)
     result["notes"].extend(standins.NOTES)
     result["notes"].extend(sorted(sentinel.PROGRESS.notes))

@@ -27,6 +27,9 @@ ERROR_RULES = (
     (r"floating point dtype can require gradients", "FSDP201"),
     (r"shared with a parameter already managed", "FSDP006"),
     (r"ignored_params", "FSDP001"),
+    # accelerate's refusals of rank-0-only loading without the broadcast, and FSDP1's of a CPU module
+    (r"set `--fsdp_sync_module_states` to `True`|Set the `sync_module_states` flag to `True`", "FSDP011"),
+    (r"CPU parameters or buffers when `sync_module_states=True`", "FSDP011"),
     (r"FSDP parameters should be materialized from meta device", None),  # the dry run's own limit
 )
 JOB_RAISED = "FSDP904"

@@ -76,6 +76,11 @@ def findings(result: RunResult) -> list[Finding]:
         f.notes["ranks"] = ",".join(map(str, rs))
         f.message += f" [rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} of {result.world_size}]"
         out.append(f)
+    from fsdplint.run import ranks as rank_paths
+
+    for f in rank_paths.findings(result):  # what only a comparison of the ranks shows
+        f.filename = _display(f.filename) if not f.filename.startswith("<") else f.filename
+        out.append(f)
     return out
 
 
