@@ -189,6 +189,10 @@ class Project:
     def __init__(self, root: Path, cache=None) -> None:
         self.root = root
         self.cache = cache
+        # A library's own repository, linted: its package is the project's code, followed like any other
+        # (torchtune's recipes call `torchtune.utils.get_device`, which sets the CUDA device).
+        self.libraries = LIBRARIES - {lib for lib in LIBRARIES if any(
+            (base / lib / "__init__.py").is_file() for base in (root, root / "src"))}
         self._texts: dict[Path, tuple] = {}  # path -> ((mtime, size), text, generation it was checked in)
         # Files are checked for changes once per linted file (a long-lived process may see them change).
         self.generation = 0
@@ -289,7 +293,7 @@ class Project:
             for _ in range(level - 1):
                 base = base.parent
             return self._module_file(base, parts)
-        if not parts or parts[0] in LIBRARIES:
+        if not parts or parts[0] in self.libraries:
             return None
         # A script's own directory comes first on sys.path; then the root and a src/ layout.
         for base in self._import_bases(importer):
@@ -306,7 +310,7 @@ class Project:
             for _ in range(level - 1):
                 base = base.parent
             bases = [base]
-        elif parts and parts[0] not in LIBRARIES:
+        elif parts and parts[0] not in self.libraries:
             bases = self._import_bases(importer)
         else:
             return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -15,6 +17,11 @@ from fsdplint.analysis.timeline import Timeline
 from fsdplint.analysis.values import Values
 from fsdplint.apis import api_of
 from fsdplint.collect import Call, Collector, Scope, collect
+
+
+_BUILTINS = frozenset(dir(builtins))
+# Libraries whose calls that matter are all in apis.py: any other call of theirs is known not to do it.
+_MODELLED = ("torch",)
 
 
 def _fsdp_version(call: Call) -> int:
@@ -122,6 +129,36 @@ class ScriptAnalysis(Values, Paths, Builder):
         if len(apis) > 1:
             hits.sort(key=lambda x: x[0])
         return [c for _, c in hits]
+
+    def unseen(self, could: "re.Pattern[str]") -> list[tuple[Call, str]]:
+        """Calls whose code the analysis did not read and that may do what a rule claims never happens, as
+        (call, what it is): project code the bounds on the work left unread (whatever its name), and calls
+        of unknown functions (an unresolved import, another library, a method of an object of unknown class)
+        whose name `could` matches (`get_device`, `init_distributed` for "the CUDA device is never set").
+        A rule that proves an absence reports an error only when this is empty, else a warning naming them."""
+        out: list[tuple[Call, str]] = []
+        seen: set[int] = set()
+        for call, what in self.unfollowed:
+            if id(call) not in seen and id(call) not in self._dead:
+                seen.add(id(call))
+                out.append((call, f"{what} (left out by the bounds on the work per file)"))
+        for call in self.all_calls:
+            if id(call) in seen or id(call) in self._dead or id(call) in self._known_calls:
+                continue
+            if call.api is not None or call.func is None:
+                continue
+            head, _, last = call.func.rpartition(".")
+            if not head and last in _BUILTINS:
+                continue
+            q = call.qualname or ""
+            if q.split(".")[0] in _MODELLED:
+                continue
+            if not head and (last in self.c.functions or last in self.c.class_bases):
+                continue  # a function of this file: inlined when it runs
+            if could.search(last):
+                seen.add(id(call))
+                out.append((call, f"{call.func}()"))
+        return out
 
     def method_calls(self, *methods: str) -> list[Call]:
         return [c for c in self.all_calls if c.method in methods and id(c) not in self._dead]
