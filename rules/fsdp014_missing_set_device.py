@@ -258,10 +258,9 @@ class MissingSetDevice(Rule):
                 names = "; ".join(f"{what} (line {ctx.line(call.node)})" for call, what in unseen[:3])
                 more = f" and {len(unseen) - 3} more" if len(unseen) > 3 else ""
                 ctx.report(init.node, (
-                    "The process group is initialised and no call the analysis read sets the current CUDA "
-                    f"device, but it did not read the code of {names}{more}, which may set it. If none does, call "
-                    "torch.cuda.set_device(local_rank) right after init_process_group; if one does, this "
-                    "warning can be silenced with a noqa comment."), severity=Severity.WARNING)
+                    f"The process group is initialised and no code that was read sets the CUDA device, but {names}"
+                    f"{more} was not read and may set it. If nothing does, every rank keeps device 0: call "
+                    "torch.cuda.set_device(local_rank) right after init_process_group."), severity=Severity.WARNING)
                 return
             ctx.report(init.node, self.message, fix=_fix(ctx, init))
             return

@@ -1,8 +1,13 @@
+import re
+
 from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import RemoveStatement, Replace, unsafe
 from fsdplint.rule import Invalid, Rule, Valid
+
+# Unread functions that may cast the model back to one dtype after the preparation (`coerce_model_to_dtype`).
+MAY_CAST = re.compile(r"dtype|cast|coerce|bf16|bfloat16|fp16|half|precision", re.I)
 
 YAML_FSDP1 = """\
 distributed_type: FSDP
@@ -186,6 +191,17 @@ class KbitPrepUnderFsdp(Rule):
                 continue
             if any("fsdp" in a.code(getattr(g.node, "test", g.node)).lower() for g in call.guards):
                 continue
+            unseen = _unread_after(a, call)
+            if unseen:
+                # "The upcast parameters are still fp32 when FSDP wraps" holds only if nothing read casts
+                # them back: code that takes the model afterwards and was not read may do it.
+                names = "; ".join(f"{what} (line {ctx.line(c.node)})" for c, what in unseen[:3])
+                ctx.report(call.node, (
+                    "prepare_model_for_kbit_training casts the fp16/bf16 non-quantized parameters to fp32, and "
+                    f"the model then goes to {names}, whose code was not read and may cast it back to one dtype "
+                    "before FSDP wraps it. If nothing does, an FSDP unit mixes dtypes (Must flatten tensors with "
+                    "uniform dtype): skip the preparation under FSDP (get_peft_model freezes the base)."), severity=Severity.WARNING)
+                continue
             ctx.report(
                 call.node,
                 "prepare_model_for_kbit_training casts the fp16/bf16 non-quantized parameters (norms, embeddings, "
@@ -216,6 +232,31 @@ class KbitPrepUnderFsdp(Rule):
                 severity=None if holds else ctx.version_severity(tv),
                 rests_on=(key,),
             )
+
+
+def _unread_after(a, prep):
+    """Calls after `prep` that receive the prepared model and whose code the analysis did not read."""
+    unseen = {id(c): (c, what) for c, what in a.unseen(MAY_CAST)}
+    if not unseen:
+        return []
+    out = []
+    for t in a.timelines:
+        ev = next((e for e in t.events if e.kind == "kbit_prep" and e.step.call is prep), None)
+        if ev is None or ev.entity is None:
+            continue
+        for step in t.steps:
+            hit = unseen.get(id(step.call)) if step.order > ev.step.order else None
+            if hit is None or hit in out:
+                continue
+            exprs = [x.value for x in step.call.node.args]
+            if step.call.receiver is not None:
+                exprs.append(step.call.receiver)
+            for x in exprs:
+                r = a.ref(x, step)
+                if r is not None and t.find(r.key) == ev.entity:
+                    out.append(hit)
+                    break
+    return out
 
 
 def _fix(ctx, a, call):

@@ -166,3 +166,79 @@ def test_no_call_that_could_set_device_stays_an_error(tmp_path):
     root = _write(tmp_path / "repo", {"pyproject.toml": "[project]\nname = 'x'\n", "train.py": NOTHING_UNREAD})
     [f] = _lint(root)
     assert f["severity"] == "error"
+
+
+# The prepared model goes to a helper of an unresolvable module that may cast it back to bf16 (oumi's shape:
+# a `coerce_model_to_dtype(model, dtype)` the work bounds leave unread).
+KBIT_THEN_UNREAD_CAST = """\
+import torch
+from peft import get_peft_model, prepare_model_for_kbit_training
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from model_utils import coerce_model_to_dtype
+
+
+def main(model, cfg):
+    model = prepare_model_for_kbit_training(model)
+    model = get_peft_model(model, cfg)
+    coerce_model_to_dtype(model, torch.bfloat16)
+    model = FSDP(model, use_orig_params=False)
+"""
+
+# An unread helper that never receives the model cannot cast it back: still an error.
+KBIT_UNREAD_ELSEWHERE = """\
+from peft import get_peft_model, prepare_model_for_kbit_training
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from model_utils import cast_inputs_to_dtype
+
+
+def main(model, cfg, batch):
+    model = prepare_model_for_kbit_training(model)
+    model = get_peft_model(model, cfg)
+    batch = cast_inputs_to_dtype(batch)
+    model = FSDP(model, use_orig_params=False)
+"""
+
+
+def _lint_code(path: Path, code: str) -> list[dict]:
+    r = CliRunner().invoke(main, ["check", "--isolated", "--exit-zero", "--output-format", "json",
+                                  "--target-version", "torch=2.6", "--target-version", "peft=0.21.2", str(path)],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return [f for f in json.loads(r.stdout) if f["code"] == code]
+
+
+def test_kbit_prep_then_unread_cast_of_the_model_is_a_warning(tmp_path):
+    root = _write(tmp_path / "repo", {"pyproject.toml": "[project]\nname = 'x'\n", "train.py": KBIT_THEN_UNREAD_CAST})
+    [f] = _lint_code(root, "FSDP104")
+    assert f["severity"] == "warning"
+    assert "coerce_model_to_dtype()" in f["message"]
+
+
+def test_kbit_prep_with_unread_call_not_taking_the_model_stays_an_error(tmp_path):
+    root = _write(tmp_path / "repo", {"pyproject.toml": "[project]\nname = 'x'\n", "train.py": KBIT_UNREAD_ELSEWHERE})
+    [f] = _lint_code(root, "FSDP104")
+    assert f["severity"] == "error"
+
+
+def test_project_helper_left_out_by_the_work_bounds_is_named(tmp_path):
+    # Seven helper modules that take the model: the bounds on the work per file read six; the cast back
+    # to bf16 lives in the seventh, so the fp32 upcast is not proven to reach FSDP.
+    files = {"pyproject.toml": "[project]\nname = 'x'\n"}
+    calls = []
+    for i in range(6):
+        files[f"step{i}.py"] = f"def step{i}(model):\n    model.gradient_checkpointing_enable()\n    return model\n"
+        calls.append(f"from step{i} import step{i}")
+    files["recast.py"] = ("import torch\n\n\ndef recast(model):\n    for m in model.modules():\n"
+                          "        m.to(torch.bfloat16)\n    model.gradient_checkpointing_enable()\n")
+    body = "\n".join(f"    model = step{i}(model)" for i in range(6))
+    files["train.py"] = "\n".join([
+        "from peft import get_peft_model, prepare_model_for_kbit_training",
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP",
+        *calls, "from recast import recast", "", "",
+        "def main(model, cfg):",
+        "    model = prepare_model_for_kbit_training(model)",
+        body, "    recast(model)", "    model = FSDP(get_peft_model(model, cfg), use_orig_params=False)", ""])
+    root = _write(tmp_path / "repo", files)
+    [f] = [f for f in _lint_code(root, "FSDP104") if f["filename"].endswith("train.py")]
+    assert f["severity"] == "warning"
+    assert "recast()" in f["message"] and "bounds" in f["message"]
