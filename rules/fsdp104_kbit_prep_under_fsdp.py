@@ -236,27 +236,13 @@ class KbitPrepUnderFsdp(Rule):
 
 def _unread_after(a, prep):
     """Calls after `prep` that receive the prepared model and whose code the analysis did not read."""
-    unseen = {id(c): (c, what) for c, what in a.unseen(MAY_CAST)}
-    if not unseen:
-        return []
-    out = []
     for t in a.timelines:
         ev = next((e for e in t.events if e.kind == "kbit_prep" and e.step.call is prep), None)
-        if ev is None or ev.entity is None:
-            continue
-        for step in t.steps:
-            hit = unseen.get(id(step.call)) if step.order > ev.step.order else None
-            if hit is None or hit in out:
-                continue
-            exprs = [x.value for x in step.call.node.args]
-            if step.call.receiver is not None:
-                exprs.append(step.call.receiver)
-            for x in exprs:
-                r = a.ref(x, step)
-                if r is not None and t.find(r.key) == ev.entity:
-                    out.append(hit)
-                    break
-    return out
+        if ev is not None and ev.entity is not None:
+            found = a.unseen_after(t, ev, MAY_CAST, ev.entity)
+            if found:
+                return found
+    return []
 
 
 def _fix(ctx, a, call):

@@ -242,3 +242,31 @@ def test_project_helper_left_out_by_the_work_bounds_is_named(tmp_path):
     [f] = [f for f in _lint_code(root, "FSDP104") if f["filename"].endswith("train.py")]
     assert f["severity"] == "warning"
     assert "recast()" in f["message"] and "bounds" in f["message"]
+
+
+OPTIMIZER_THEN_WRAP = """\
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from trainkit import {helper}
+
+
+def main(model, cfg):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model = FSDP(model, use_orig_params=False)
+    optimizer = {helper}(model, cfg)
+    return model, optimizer
+"""
+
+
+def test_optimizer_before_wrap_then_unread_rebuild_is_a_warning(tmp_path):
+    root = _write(tmp_path / "repo", {"pyproject.toml": "[project]\nname = 'x'\n",
+                                      "train.py": OPTIMIZER_THEN_WRAP.format(helper="build_optimizer")})
+    [f] = _lint_code(root, "FSDP102")
+    assert f["severity"] == "warning" and "build_optimizer()" in f["message"]
+
+
+def test_optimizer_before_wrap_then_unrelated_unread_call_stays_an_error(tmp_path):
+    root = _write(tmp_path / "repo", {"pyproject.toml": "[project]\nname = 'x'\n",
+                                      "train.py": OPTIMIZER_THEN_WRAP.format(helper="log_summary")})
+    [f] = _lint_code(root, "FSDP102")
+    assert f["severity"] == "error"

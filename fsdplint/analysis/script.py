@@ -160,6 +160,31 @@ class ScriptAnalysis(Values, Paths, Builder):
                 out.append((call, f"{call.func}()"))
         return out
 
+    def unseen_after(self, t: Timeline, event: Event, could: "re.Pattern[str]",
+                     entity: Optional[str] = None) -> list[tuple[Call, str]]:
+        """`unseen(could)` narrowed to the calls of timeline `t` after `event`, and to those that receive
+        `entity` (as an argument or the receiver) when given: what could undo or redo what `event` did."""
+        unseen = {id(c): (c, what) for c, what in self.unseen(could)}
+        out: list[tuple[Call, str]] = []
+        if not unseen:
+            return out
+        for step in t.steps:
+            hit = unseen.get(id(step.call)) if step.order > event.step.order else None
+            if hit is None or hit in out:
+                continue
+            if entity is None:
+                out.append(hit)
+                continue
+            exprs = [x.value for x in step.call.node.args]
+            if step.call.receiver is not None:
+                exprs.append(step.call.receiver)
+            for x in exprs:
+                r = self.ref(x, step)
+                if r is not None and t.find(r.key) == entity:
+                    out.append(hit)
+                    break
+        return out
+
     def method_calls(self, *methods: str) -> list[Call]:
         return [c for c in self.all_calls if c.method in methods and id(c) not in self._dead]
 
