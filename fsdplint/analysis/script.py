@@ -12,7 +12,7 @@ import libcst as cst
 
 from fsdplint.analysis.builder import Builder
 from fsdplint.analysis.paths import Paths
-from fsdplint.analysis.records import Event
+from fsdplint.analysis.records import UNKNOWN, Event
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.analysis.values import Values
 from fsdplint.apis import api_of
@@ -22,6 +22,15 @@ from fsdplint.collect import Call, Collector, Scope, collect
 _BUILTINS = frozenset(dir(builtins))
 # Libraries whose calls that matter are all in apis.py: any other call of theirs is known not to do it.
 _MODELLED = ("torch",)
+
+
+def _string_literals(node: cst.BaseExpression) -> bool:
+    """A string literal, or a tuple/list/set of them."""
+    if isinstance(node, cst.SimpleString):
+        return True
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return bool(node.elements) and all(isinstance(e.value, cst.SimpleString) for e in node.elements)
+    return False
 
 
 def _fsdp_version(call: Call) -> int:
@@ -159,6 +168,30 @@ class ScriptAnalysis(Values, Paths, Builder):
                 seen.add(id(call))
                 out.append((call, f"{call.func}()"))
         return out
+
+    def selected_by(self, call: Call, _depth: int = 0) -> Optional[str]:
+        """The test of an `if` the call runs under (itself, or at every call site of the helper that holds it)
+        that picks one case by comparing a value the analysis does not know with literal strings
+        (`model_name in ("nyu-visionx/cambrian-8b", ...)`, `args.mode == "qlora"`): the code runs only for
+        those cases, and no launch or config that was read selects one. None otherwise."""
+        for g in call.guards:
+            test = getattr(g.node, "test", None)
+            if g.branch != "body" or not isinstance(g.node, cst.If) or not isinstance(test, cst.Comparison):
+                continue
+            if len(test.comparisons) != 1:
+                continue
+            cmp = test.comparisons[0]
+            if isinstance(cmp.operator, (cst.Equal, cst.In)) and _string_literals(cmp.comparator) and \
+                    self.value(test.left, call.scope) is UNKNOWN:
+                text = " ".join(self.code(test).split()).replace("( ", "(").replace(", )", ")")
+                return text if len(text) <= 120 else text[:117] + "..."
+        if _depth >= 6:
+            return None
+        sites = self._inline_sites.get(id(call.scope))
+        if not sites:
+            return None
+        found = [self.selected_by(s, _depth + 1) for s in sites]
+        return found[0] if all(found) else None
 
     def unseen_after(self, t: Timeline, event: Event, could: "re.Pattern[str]",
                      entity: Optional[str] = None) -> list[tuple[Call, str]]:
