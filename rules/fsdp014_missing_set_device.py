@@ -252,7 +252,7 @@ class MissingSetDevice(Rule):
             backend = a.value(init.arg(0, "backend"), init.scope)
             if isinstance(backend, str) and "nccl" not in backend and "cuda" not in backend:
                 continue  # gloo / mpi on CPU
-            unseen = a.unseen(MAY_SET_DEVICE)
+            unseen = a.unseen(MAY_SET_DEVICE, effect=MAY_SET_DEVICE)
             if unseen:
                 # "Never set" is proven only when every call that could set it was read.
                 names = "; ".join(f"{what} (line {ctx.line(call.node)})" for call, what in unseen[:3])

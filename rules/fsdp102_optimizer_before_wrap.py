@@ -15,6 +15,8 @@ from fsdplint.rule import Invalid, Rule, Valid
 
 # Unread functions that may build the optimizer again after the wrap (`build_optimizer(model)`, `setup_optim`).
 MAY_REBUILD = re.compile(r"optim", re.I)
+# Calls that build one (left-out project code that makes none cannot rebuild it).
+BUILDS_OPTIMIZER = re.compile(r"optim|adam|sgd|lion|adafactor", re.I)
 
 # accelerate#2177 (first released in 0.25.0) removed `Accelerator._prepare_fsdp`, which had re-created an optimizer
 # passed to `prepare` together with its model from the FSDP-wrapped model's parameters.
@@ -520,7 +522,7 @@ class OptimizerBeforeWrap(Rule):
                 if wraps[0].kind == "shard2" and _param_groups_rebound(ctx, t, opt, wraps[-1]):
                     continue
                 w = wraps[0]
-                unseen = a.unseen_after(t, w, MAY_REBUILD)
+                unseen = a.unseen_after(t, w, MAY_REBUILD, effect=BUILDS_OPTIMIZER)
                 if unseen:
                     # "Never rebuilt afterwards" holds only if no unread code after the wrap rebuilds it.
                     names = "; ".join(f"{what} (line {ctx.line(c.node)})" for c, what in unseen[:3])

@@ -8,6 +8,8 @@ from fsdplint.rule import Invalid, Rule, Valid
 
 # Unread functions that may cast the model back to one dtype after the preparation (`coerce_model_to_dtype`).
 MAY_CAST = re.compile(r"dtype|cast|coerce|bf16|bfloat16|fp16|half|precision", re.I)
+# Calls that cast (left-out project code that makes none cannot cast the model back).
+CASTS = re.compile(r"^(to|half|bfloat16|float|type|to_empty)$|" + MAY_CAST.pattern, re.I)
 
 YAML_FSDP1 = """\
 distributed_type: FSDP
@@ -239,7 +241,7 @@ def _unread_after(a, prep):
     for t in a.timelines:
         ev = next((e for e in t.events if e.kind == "kbit_prep" and e.step.call is prep), None)
         if ev is not None and ev.entity is not None:
-            found = a.unseen_after(t, ev, MAY_CAST, ev.entity)
+            found = a.unseen_after(t, ev, MAY_CAST, ev.entity, effect=CASTS)
             if found:
                 return found
     return []

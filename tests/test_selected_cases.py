@@ -96,6 +96,10 @@ def main(path):
     if cfg.quant.mode == "int8":
         model = load_int8(cfg.name)
     FSDP(model)
+
+
+if __name__ == "__main__":
+    main("job.yaml")
 """})
     [f] = _lint(root)
     assert f["severity"] == "warning" and 'cfg.quant.mode == "int8"' in f["message"]

@@ -315,7 +315,7 @@ class Builder(Classes, Linking):
         """Remember the first helper left out by the depth bound and the first left out by the budget."""
         if not (callee.calls or callee.attr_sets):
             return  # nothing in it to analyse: nothing missed
-        self.unfollowed.append((call, f"{callee.name}()"))
+        self.unfollowed.append((call, f"{callee.name}()", callee))
         kind = "depth" if depth >= _MAX_DEPTH else "budget"
         if any(k == kind for k, _, _ in self.cutoffs):
             return

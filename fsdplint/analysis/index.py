@@ -497,6 +497,30 @@ class Project:
             return sheet["classes"].get(cls, {}).get("methods", {}).get(meth)
         return sheet["functions"].get(qual)
 
+    def callees(self, path: Path, qual: str, depth: int = 3) -> set[str]:
+        """The dotted names the function calls, and those its project callees call (`depth` levels): what
+        unread code may do, for a rule that must rule an effect out."""
+        out: set[str] = set()
+        todo = [(path, qual, 0)]
+        seen: set[tuple] = set()
+        while todo:
+            p, q, d = todo.pop()
+            if (p, q) in seen:
+                continue
+            seen.add((p, q))
+            fn = self.function(p, q)
+            if fn is None:
+                continue
+            out.update(fn["calls"])
+            if d >= depth:
+                continue
+            sheet = self.sheet(p)
+            for callee in fn["calls"]:
+                target = (p, callee) if callee in sheet["functions"] else self.resolve(p, sheet["imports"], callee)
+                if target is not None:
+                    todo.append((*target, d + 1))
+        return out
+
     def touches(self, path: Path, qual: str, depth: int = 0) -> bool:
         """Whether the function may do something the analysis records: its text names a model operation,
         or it calls a project function that does (bounded, recursion-safe)."""

@@ -139,15 +139,27 @@ class ScriptAnalysis(Values, Paths, Builder):
             hits.sort(key=lambda x: x[0])
         return [c for _, c in hits]
 
-    def unseen(self, could: "re.Pattern[str]") -> list[tuple[Call, str]]:
+    def _callees_of(self, where) -> set[str]:
+        """The names of what left-out project code calls: a scope of a module that was read (its calls,
+        and theirs through the project's fact sheets), or a (file, function) of the project."""
+        if isinstance(where, tuple):
+            return self.project.callees(*where) if self.project is not None else set()
+        names = {c.func for c in where.calls if c.func}
+        return names | {c.method for c in where.calls if c.method}
+
+    def unseen(self, could: "re.Pattern[str]", effect: "Optional[re.Pattern[str]]" = None) -> list[tuple[Call, str]]:
         """Calls whose code the analysis did not read and that may do what a rule claims never happens, as
         (call, what it is): project code the bounds on the work left unread (whatever its name), and calls
         of unknown functions (an unresolved import, another library, a method of an object of unknown class)
         whose name `could` matches (`get_device`, `init_distributed` for "the CUDA device is never set").
+        `effect`: the names of calls that have the effect (`set_device`, `to`): left-out project code none of
+        whose calls (a few deep, by the fact sheets) has such a name cannot have it.
         A rule that proves an absence reports an error only when this is empty, else a warning naming them."""
         out: list[tuple[Call, str]] = []
         seen: set[int] = set()
-        for call, what in self.unfollowed:
+        for call, what, where in self.unfollowed:
+            if effect is not None and not any(effect.search(n.rpartition(".")[2]) for n in self._callees_of(where)):
+                continue  # nothing it calls (a few calls deep) can have the effect
             if id(call) not in seen and id(call) not in self._dead:
                 seen.add(id(call))
                 out.append((call, f"{what} (left out by the bounds on the work per file)"))
@@ -181,6 +193,8 @@ class ScriptAnalysis(Values, Paths, Builder):
             if len(test.comparisons) != 1:
                 continue
             cmp = test.comparisons[0]
+            if isinstance(test.left, cst.Name) and test.left.value == "__name__":
+                continue  # `if __name__ == "__main__":` is how a script runs, not a case it picks
             if isinstance(cmp.operator, (cst.Equal, cst.In)) and _string_literals(cmp.comparator) and \
                     self.value(test.left, call.scope) is UNKNOWN:
                 text = " ".join(self.code(test).split()).replace("( ", "(").replace(", )", ")")
@@ -193,11 +207,11 @@ class ScriptAnalysis(Values, Paths, Builder):
         found = [self.selected_by(s, _depth + 1) for s in sites]
         return found[0] if all(found) else None
 
-    def unseen_after(self, t: Timeline, event: Event, could: "re.Pattern[str]",
-                     entity: Optional[str] = None) -> list[tuple[Call, str]]:
+    def unseen_after(self, t: Timeline, event: Event, could: "re.Pattern[str]", entity: Optional[str] = None,
+                     effect: "Optional[re.Pattern[str]]" = None) -> list[tuple[Call, str]]:
         """`unseen(could)` narrowed to the calls of timeline `t` after `event`, and to those that receive
         `entity` (as an argument or the receiver) when given: what could undo or redo what `event` did."""
-        unseen = {id(c): (c, what) for c, what in self.unseen(could)}
+        unseen = {id(c): (c, what) for c, what in self.unseen(could, effect)}
         out: list[tuple[Call, str]] = []
         if not unseen:
             return out
