@@ -189,10 +189,10 @@ class Project:
     def __init__(self, root: Path, cache=None) -> None:
         self.root = root
         self.cache = cache
-        # A library's own repository, linted: its package is the project's code, followed like any other
-        # (torchtune's recipes call `torchtune.utils.get_device`, which sets the CUDA device).
-        self.libraries = LIBRARIES - {lib for lib in LIBRARIES if any(
-            (base / lib / "__init__.py").is_file() for base in (root, root / "src"))}
+        # Top-level packages never followed as the project's code. A library's own repository keeps its
+        # package a library too: following it into the library's internals raises findings on code no
+        # launch of the repository runs as a job (see `ScriptAnalysis.unseen` for what that leaves unread).
+        self.libraries = LIBRARIES
         self._texts: dict[Path, tuple] = {}  # path -> ((mtime, size), text, generation it was checked in)
         # Files are checked for changes once per linted file (a long-lived process may see them change).
         self.generation = 0
