@@ -5,6 +5,7 @@ from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import RemoveStatement, Replace, unsafe
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._quantization import unknown_choice
 
 # Unread functions that may cast the model back to one dtype after the preparation (`coerce_model_to_dtype`).
 MAY_CAST = re.compile(r"dtype|cast|coerce|bf16|bfloat16|fp16|half|precision", re.I)
@@ -204,13 +205,19 @@ class KbitPrepUnderFsdp(Rule):
                     "before FSDP wraps it. If nothing does, an FSDP unit mixes dtypes (Must flatten tensors with "
                     "uniform dtype): skip the preparation under FSDP (get_peft_model freezes the base)."), severity=Severity.WARNING)
                 continue
+            choice = unknown_choice(a, call)
             ctx.report(
                 call.node,
                 "prepare_model_for_kbit_training casts the fp16/bf16 non-quantized parameters (norms, embeddings, "
                 "lm_head) to fp32, so an FSDP unit mixes dtypes (ValueError: Must flatten tensors with uniform "
-                "dtype) or wastes memory on every rank. Under FSDP skip it: let get_peft_model freeze the base and "
+                "dtype) or wastes memory on every rank" + (
+                    f", when `{a.code(choice.node.test)}` (line {ctx.line(choice.node)}), a value fsdplint cannot "
+                    "read here (a config or command-line value)" if choice is not None else "") +
+                ". Under FSDP skip it: let get_peft_model freeze the base and "
                 'call model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}).',
                 fix=_fix(ctx, a, call),
+                # One option of a choice the job makes at run time: a warning, not an error on a guess.
+                severity=Severity.WARNING if choice is not None else None,
             )
         # A library call that runs it on the model (apis.CALL_EFFECTS, e.g. DPOTrainer on a 4-bit model).
         for ev in a.events("kbit_prep"):

@@ -271,3 +271,21 @@ def test_optimizer_before_wrap_then_unrelated_unread_call_stays_an_error(tmp_pat
                                       "train.py": OPTIMIZER_THEN_WRAP.format(helper="log_summary")})
     [f] = _lint_code(root, "FSDP102")
     assert f["severity"] == "error"
+
+
+def test_kbit_prep_on_one_side_of_a_run_time_choice_is_a_warning(tmp_path):
+    # `if peft_params.q_lora:` read from a job config at run time: only a QLoRA job prepares the model.
+    root = _write(tmp_path / "repo", {"pyproject.toml": "[project]\nname = 'x'\n", "train.py": """\
+from peft import get_peft_model, prepare_model_for_kbit_training
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def build(base_model, peft_params, cfg):
+    if peft_params.q_lora:
+        model = prepare_model_for_kbit_training(model=base_model)
+    else:
+        model = base_model
+    return FSDP(get_peft_model(model, cfg), use_orig_params=False)
+"""})
+    [f] = _lint_code(root, "FSDP104")
+    assert f["severity"] == "warning" and "peft_params.q_lora" in f["message"]
