@@ -301,13 +301,19 @@ def check(paths, select, ignore, extend_select, fix, unsafe_fixes, diff, output_
             for cmd in launch_cmds:
                 got = launches_from_command(cmd)
                 if not got:
-                    from fsdplint.launch.shell import parse_launches
+                    from fsdplint.launch.shell import parse_launches, unbound_notice
+
+                    notice = unbound_notice(cmd)
+                    if notice is not None:  # well-formed, just nothing of the project to lint under it
+                        click.echo(f"warning: --launch {cmd!r}: {notice}", err=True)
+                        continue
 
                     why = ("it launches a deepspeed job, not FSDP" if parse_launches(cmd, "--launch")
                            else "no Python script or module is launched there")
                     raise UsageError(f"--launch {cmd!r}: {why}")
                 launches.extend(got)
-            settings.options["launches"] = launches
+            if launches:
+                settings.options["launches"] = launches
         if accelerate_config:
             from fsdplint.launch.settings import load_accelerate_config
 

@@ -321,6 +321,28 @@ class LintContext:
             severity = Severity.WARNING
         return message, severity
 
+    def _selected(self, node, message: Optional[str], severity):
+        """An error in code that runs only for some literal cases of a value nothing read gives (a builder for
+        a few model names, a branch of `mode == "..."`) is a warning that names the case: whether any launch
+        selects it is not known."""
+        from fsdplint.findings import Severity
+
+        rule = self.rule
+        own = severity if severity is not None else rule.severity
+        if Severity(own) != Severity.ERROR:
+            return message, severity
+        a = self.analysis
+        target = getattr(node, "node", node)
+        call = a.call_at(target) if hasattr(a, "selected_by") else None
+        if call is None and isinstance(target, cst.Arg):  # `load_in_8bit=True` of a call: that call
+            call = next((c for c in a.all_calls if any(arg is target for arg in c.node.args)), None)
+        test = a.selected_by(call) if call is not None else None
+        if test is None:
+            return message, severity
+        message = (message or getattr(rule, "message", rule.summary)).rstrip()
+        return (f"{message} (this code runs only when {test}, which no launch or config that was read decides: "
+                "a warning until the value is declared)"), Severity.WARNING
+
     def report(self, node: cst.CSTNode, message: Optional[str] = None, *, fix: Optional[FixSpec] = None,
                severity=None, related: tuple = (), rests_on: Iterable[str] = ()) -> None:
         """Report at `node` (or at an event: see below). A node of another module of the project is reported at the call in this file
@@ -330,6 +352,7 @@ class LintContext:
         assert rule is not None, "report() outside a rule"
         # `rests_on`: the behaviour entries whose answer at the target version decided this finding.
         message, severity = self._settle(message, severity, rests_on)
+        message, severity = self._selected(node, message, severity)
         step = getattr(node, "step", None)
         if step is not None:  # an event: at its node, or at the call in this file through which its module ran
             if getattr(step, "origin", None) is not None and getattr(step, "site", None) is not None:

@@ -141,3 +141,18 @@ def _storage_spec(fn):
         else:
             return None
     return specs.pop() if len(specs) == 1 else None
+
+
+def unknown_choice(a, call):
+    """The `if`/`elif` of a choice (it has another branch) that a quantization step (an 8-bit load, a k-bit
+    preparation) sits in, when its test's value
+    is not known here (`elif train_config.quantization == "8bit":` with the value set from the command line)."""
+    guards = list(call.guards)
+    for g in reversed(guards):  # innermost first: the `elif` that picks 8-bit, not the `if` before it
+        test = getattr(g.node, "test", None)
+        if g.branch != "body" or test is None or g.loop_depth:
+            continue
+        is_elif = any(o.branch == "orelse" and getattr(o.node, "orelse", None) is g.node for o in guards)
+        if (is_elif or getattr(g.node, "orelse", None) is not None) and UNKNOWN in a.truth(test, call.scope):
+            return g
+    return None

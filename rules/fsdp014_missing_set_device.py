@@ -10,6 +10,9 @@ from fsdplint.rule import Invalid, Rule
 LOCAL_RANK_NAMES = ("local_rank", "LOCAL_RANK", "local_rank_id", "lrank", "gpu_id", "device_id")
 # Launch setups that give every process exactly one visible device, so device 0 is the right one.
 ONE_DEVICE_PER_PROCESS = re.compile(r"CUDA_VISIBLE_DEVICES|HIP_VISIBLE_DEVICES")
+# Names of functions that may select the device when their code is not read (`utils.get_device(...)`,
+# `init_distributed_mode(args)`, `setup(rank)` imported from a module that cannot be found).
+MAY_SET_DEVICE = re.compile(r"device|distrib|(^|_)dist($|_)|(^|_)(setup|ddp|accelerator|gpu)($|_)|local_rank", re.I)
 
 
 class MissingSetDevice(Rule):
@@ -249,6 +252,16 @@ class MissingSetDevice(Rule):
             backend = a.value(init.arg(0, "backend"), init.scope)
             if isinstance(backend, str) and "nccl" not in backend and "cuda" not in backend:
                 continue  # gloo / mpi on CPU
+            unseen = a.unseen(MAY_SET_DEVICE, effect=MAY_SET_DEVICE)
+            if unseen:
+                # "Never set" is proven only when every call that could set it was read.
+                names = "; ".join(f"{what} (line {ctx.line(call.node)})" for call, what in unseen[:3])
+                more = f" and {len(unseen) - 3} more" if len(unseen) > 3 else ""
+                ctx.report(init.node, (
+                    f"The process group is initialised and no code that was read sets the CUDA device, but {names}"
+                    f"{more} was not read and may set it. If nothing does, every rank keeps device 0: call "
+                    "torch.cuda.set_device(local_rank) right after init_process_group."), severity=Severity.WARNING)
+                return
             ctx.report(init.node, self.message, fix=_fix(ctx, init))
             return
 

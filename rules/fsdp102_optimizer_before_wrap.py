@@ -13,6 +13,11 @@ from fsdplint.fixes import InsertLinesAfter, RemoveStatement, contains, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
 
+# Unread functions that may build the optimizer again after the wrap (`build_optimizer(model)`, `setup_optim`).
+MAY_REBUILD = re.compile(r"optim", re.I)
+# Calls that build one (left-out project code that makes none cannot rebuild it).
+BUILDS_OPTIMIZER = re.compile(r"optim|adam|sgd|lion|adafactor", re.I)
+
 # accelerate#2177 (first released in 0.25.0) removed `Accelerator._prepare_fsdp`, which had re-created an optimizer
 # passed to `prepare` together with its model from the FSDP-wrapped model's parameters.
 ACCELERATE_DROPPED_FSDP_REBUILD = "0.25.0"
@@ -517,6 +522,16 @@ class OptimizerBeforeWrap(Rule):
                 if wraps[0].kind == "shard2" and _param_groups_rebound(ctx, t, opt, wraps[-1]):
                     continue
                 w = wraps[0]
+                unseen = a.unseen_after(t, w, MAY_REBUILD, effect=BUILDS_OPTIMIZER)
+                if unseen:
+                    # "Never rebuilt afterwards" holds only if no unread code after the wrap rebuilds it.
+                    names = "; ".join(f"{what} (line {ctx.line(c.node)})" for c, what in unseen[:3])
+                    ctx.report(opt.node, (
+                        "The optimizer is built from the model's parameters before the model is wrapped (line "
+                        f"{ctx.line(w.node)}), and the code of {names}, run after the wrap, was not read and may "
+                        "build it again. If nothing does, the optimizer steps stale tensors and the model does not "
+                        "train: build the optimizer after wrapping."), severity=Severity.WARNING)
+                    continue
                 if w.kind == "wrap1":
                     what = ("FullyShardedDataParallel (line {line}) with use_orig_params=False replaces them with "
                             "flattened FlatParameters")

@@ -1,8 +1,16 @@
+import re
+
 from fsdplint import behaviour
 from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import RemoveStatement, Replace, unsafe
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._quantization import unknown_choice
+
+# Unread functions that may cast the model back to one dtype after the preparation (`coerce_model_to_dtype`).
+MAY_CAST = re.compile(r"dtype|cast|coerce|bf16|bfloat16|fp16|half|precision", re.I)
+# Calls that cast (left-out project code that makes none cannot cast the model back).
+CASTS = re.compile(r"^(to|half|bfloat16|float|type|to_empty)$|" + MAY_CAST.pattern, re.I)
 
 YAML_FSDP1 = """\
 distributed_type: FSDP
@@ -186,13 +194,30 @@ class KbitPrepUnderFsdp(Rule):
                 continue
             if any("fsdp" in a.code(getattr(g.node, "test", g.node)).lower() for g in call.guards):
                 continue
+            unseen = _unread_after(a, call)
+            if unseen:
+                # "The upcast parameters are still fp32 when FSDP wraps" holds only if nothing read casts
+                # them back: code that takes the model afterwards and was not read may do it.
+                names = "; ".join(f"{what} (line {ctx.line(c.node)})" for c, what in unseen[:3])
+                ctx.report(call.node, (
+                    "prepare_model_for_kbit_training casts the fp16/bf16 non-quantized parameters to fp32, and "
+                    f"the model then goes to {names}, whose code was not read and may cast it back to one dtype "
+                    "before FSDP wraps it. If nothing does, an FSDP unit mixes dtypes (Must flatten tensors with "
+                    "uniform dtype): skip the preparation under FSDP (get_peft_model freezes the base)."), severity=Severity.WARNING)
+                continue
+            choice = unknown_choice(a, call)
             ctx.report(
                 call.node,
                 "prepare_model_for_kbit_training casts the fp16/bf16 non-quantized parameters (norms, embeddings, "
                 "lm_head) to fp32, so an FSDP unit mixes dtypes (ValueError: Must flatten tensors with uniform "
-                "dtype) or wastes memory on every rank. Under FSDP skip it: let get_peft_model freeze the base and "
+                "dtype) or wastes memory on every rank" + (
+                    f", when `{a.code(choice.node.test)}` (line {ctx.line(choice.node)}), a value fsdplint cannot "
+                    "read here (a config or command-line value)" if choice is not None else "") +
+                ". Under FSDP skip it: let get_peft_model freeze the base and "
                 'call model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}).',
                 fix=_fix(ctx, a, call),
+                # One option of a choice the job makes at run time: a warning, not an error on a guess.
+                severity=Severity.WARNING if choice is not None else None,
             )
         # A library call that runs it on the model (apis.CALL_EFFECTS, e.g. DPOTrainer on a 4-bit model).
         for ev in a.events("kbit_prep"):
@@ -216,6 +241,17 @@ class KbitPrepUnderFsdp(Rule):
                 severity=None if holds else ctx.version_severity(tv),
                 rests_on=(key,),
             )
+
+
+def _unread_after(a, prep):
+    """Calls after `prep` that receive the prepared model and whose code the analysis did not read."""
+    for t in a.timelines:
+        ev = next((e for e in t.events if e.kind == "kbit_prep" and e.step.call is prep), None)
+        if ev is not None and ev.entity is not None:
+            found = a.unseen_after(t, ev, MAY_CAST, ev.entity, effect=CASTS)
+            if found:
+                return found
+    return []
 
 
 def _fix(ctx, a, call):

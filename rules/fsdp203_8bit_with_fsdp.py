@@ -4,6 +4,7 @@ from fsdplint.analysis import UNKNOWN
 from fsdplint.findings import Severity
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._jobs import job_of, report_job
+from fsdplint.rules._quantization import unknown_choice
 
 YAML_FSDP = """\
 distributed_type: FSDP
@@ -236,7 +237,7 @@ class EightBitWithFsdp(Rule):
                 continue  # a branch of a helper that no call of it in this script takes
             if _rejected(ctx, a, call):
                 continue  # the script itself refuses 8-bit under FSDP before anything loads
-            choice = _unknown_choice(a, call)
+            choice = unknown_choice(a, call)
             ctx.report(
                 call.kwarg("load_in_8bit") or call.node,
                 "The model is loaded in 8-bit under FSDP" + (
@@ -268,20 +269,6 @@ def _rejected(ctx, a, call) -> bool:
             if _EIGHT_BIT.search(test) and "fsdp" in test.lower():
                 return True
     return False
-
-
-def _unknown_choice(a, call):
-    """The `if`/`elif` of a choice (it has another branch) that the 8-bit load sits in, when its test's value
-    is not known here (`elif train_config.quantization == "8bit":` with the value set from the command line)."""
-    guards = list(call.guards)
-    for g in reversed(guards):  # innermost first: the `elif` that picks 8-bit, not the `if` before it
-        test = getattr(g.node, "test", None)
-        if g.branch != "body" or test is None or g.loop_depth:
-            continue
-        is_elif = any(o.branch == "orelse" and getattr(o.node, "orelse", None) is g.node for o in guards)
-        if (is_elif or getattr(g.node, "orelse", None) is not None) and UNKNOWN in a.truth(test, call.scope):
-            return g
-    return None
 
 
 def _never_taken(a, call) -> bool:

@@ -158,6 +158,9 @@ class Builder(Classes, Linking):
         # What a bound on the work per file left out, as (the call's node, what), first one per bound: said
         # (FSDP905) so that a finding the cut hides is not silently missing.
         self.cutoffs: list[tuple] = []
+        # Every call into project code that the bounds left unread, as (call, what): a rule that claims an
+        # absence ("never set") cannot rule out that this code does it (see `ScriptAnalysis.unseen`).
+        self.unfollowed: list[tuple] = []
         self._volatile = False  # set while resolving a callee that this inlining's arguments decided
 
     def _build(self) -> None:
@@ -312,6 +315,7 @@ class Builder(Classes, Linking):
         """Remember the first helper left out by the depth bound and the first left out by the budget."""
         if not (callee.calls or callee.attr_sets):
             return  # nothing in it to analyse: nothing missed
+        self.unfollowed.append((call, f"{callee.name}()", callee))
         kind = "depth" if depth >= _MAX_DEPTH else "budget"
         if any(k == kind for k, _, _ in self.cutoffs):
             return

@@ -230,6 +230,10 @@ class Project:
     def __init__(self, root: Path, cache=None) -> None:
         self.root = root
         self.cache = cache
+        # Top-level packages never followed as the project's code. A library's own repository keeps its
+        # package a library too: following it into the library's internals raises findings on code no
+        # launch of the repository runs as a job (see `ScriptAnalysis.unseen` for what that leaves unread).
+        self.libraries = LIBRARIES
         self._texts: dict[Path, tuple] = {}  # path -> ((mtime, size), text, generation it was checked in)
         # Files are checked for changes once per linted file (a long-lived process may see them change).
         self.generation = 0
@@ -330,7 +334,7 @@ class Project:
             for _ in range(level - 1):
                 base = base.parent
             return self._module_file(base, parts)
-        if not parts or parts[0] in LIBRARIES:
+        if not parts or parts[0] in self.libraries:
             return None
         # A script's own directory comes first on sys.path; then the root and a src/ layout.
         for base in self._import_bases(importer):
@@ -347,7 +351,7 @@ class Project:
             for _ in range(level - 1):
                 base = base.parent
             bases = [base]
-        elif parts and parts[0] not in LIBRARIES:
+        elif parts and parts[0] not in self.libraries:
             bases = self._import_bases(importer)
         else:
             return None
@@ -533,6 +537,30 @@ class Project:
             cls, _, meth = qual.partition(".")
             return sheet["classes"].get(cls, {}).get("methods", {}).get(meth)
         return sheet["functions"].get(qual)
+
+    def callees(self, path: Path, qual: str, depth: int = 3) -> set[str]:
+        """The dotted names the function calls, and those its project callees call (`depth` levels): what
+        unread code may do, for a rule that must rule an effect out."""
+        out: set[str] = set()
+        todo = [(path, qual, 0)]
+        seen: set[tuple] = set()
+        while todo:
+            p, q, d = todo.pop()
+            if (p, q) in seen:
+                continue
+            seen.add((p, q))
+            fn = self.function(p, q)
+            if fn is None:
+                continue
+            out.update(fn["calls"])
+            if d >= depth:
+                continue
+            sheet = self.sheet(p)
+            for callee in fn["calls"]:
+                target = (p, callee) if callee in sheet["functions"] else self.resolve(p, sheet["imports"], callee)
+                if target is not None:
+                    todo.append((*target, d + 1))
+        return out
 
     def touches(self, path: Path, qual: str, depth: int = 0) -> bool:
         """Whether the function may do something the analysis records: its text names a model operation,

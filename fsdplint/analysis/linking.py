@@ -80,9 +80,11 @@ class Linking:
                 if path not in self._hops and (hops + 1 > _MAX_HOPS or sum(
                         1 for h in self._hops.values() if (h == 1) is (hops == 0)) >= (
                         _MAX_MODULES if hops == 0 else _MAX_DEEPER_MODULES)):
+                    self.unfollowed.append((call, f"{qual}() of {path.name}", found))
                     return None, None  # bounded work per linted file: further modules stay unknown
                 fm = self.project.module(path, qual)
                 if fm is None:
+                    self.unfollowed.append((call, f"{qual}() of {path.name}", found))
                     return None, None
                 c = fm.collector
         except (OSError, RecursionError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -10,11 +12,25 @@ import libcst as cst
 
 from fsdplint.analysis.builder import Builder
 from fsdplint.analysis.paths import Paths
-from fsdplint.analysis.records import Event
+from fsdplint.analysis.records import UNKNOWN, Event
 from fsdplint.analysis.timeline import Timeline
 from fsdplint.analysis.values import Values
 from fsdplint.apis import api_of
 from fsdplint.collect import Call, Collector, Scope, collect
+
+
+_BUILTINS = frozenset(dir(builtins))
+# Libraries whose calls that matter are all in apis.py: any other call of theirs is known not to do it.
+_MODELLED = ("torch",)
+
+
+def _string_literals(node: cst.BaseExpression) -> bool:
+    """A string literal, or a tuple/list/set of them."""
+    if isinstance(node, cst.SimpleString):
+        return True
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return bool(node.elements) and all(isinstance(e.value, cst.SimpleString) for e in node.elements)
+    return False
 
 
 def _fsdp_version(call: Call) -> int:
@@ -122,6 +138,99 @@ class ScriptAnalysis(Values, Paths, Builder):
         if len(apis) > 1:
             hits.sort(key=lambda x: x[0])
         return [c for _, c in hits]
+
+    def _callees_of(self, where) -> set[str]:
+        """The names of what left-out project code calls: a scope of a module that was read (its calls,
+        and theirs through the project's fact sheets), or a (file, function) of the project."""
+        if isinstance(where, tuple):
+            return self.project.callees(*where) if self.project is not None else set()
+        names = {c.func for c in where.calls if c.func}
+        return names | {c.method for c in where.calls if c.method}
+
+    def unseen(self, could: "re.Pattern[str]", effect: "Optional[re.Pattern[str]]" = None) -> list[tuple[Call, str]]:
+        """Calls whose code the analysis did not read and that may do what a rule claims never happens, as
+        (call, what it is): project code the bounds on the work left unread (whatever its name), and calls
+        of unknown functions (an unresolved import, another library, a method of an object of unknown class)
+        whose name `could` matches (`get_device`, `init_distributed` for "the CUDA device is never set").
+        `effect`: the names of calls that have the effect (`set_device`, `to`): left-out project code none of
+        whose calls (a few deep, by the fact sheets) has such a name cannot have it.
+        A rule that proves an absence reports an error only when this is empty, else a warning naming them."""
+        out: list[tuple[Call, str]] = []
+        seen: set[int] = set()
+        for call, what, where in self.unfollowed:
+            if effect is not None and not any(effect.search(n.rpartition(".")[2]) for n in self._callees_of(where)):
+                continue  # nothing it calls (a few calls deep) can have the effect
+            if id(call) not in seen and id(call) not in self._dead:
+                seen.add(id(call))
+                out.append((call, f"{what} (left out by the bounds on the work per file)"))
+        for call in self.all_calls:
+            if id(call) in seen or id(call) in self._dead or id(call) in self._known_calls:
+                continue
+            if call.api is not None or call.func is None:
+                continue
+            head, _, last = call.func.rpartition(".")
+            if not head and last in _BUILTINS:
+                continue
+            q = call.qualname or ""
+            if q.split(".")[0] in _MODELLED:
+                continue
+            if not head and (last in self.c.functions or last in self.c.class_bases):
+                continue  # a function of this file: inlined when it runs
+            if could.search(last):
+                seen.add(id(call))
+                out.append((call, f"{call.func}()"))
+        return out
+
+    def selected_by(self, call: Call, _depth: int = 0) -> Optional[str]:
+        """The test of an `if` the call runs under (itself, or at every call site of the helper that holds it)
+        that picks one case by comparing a value the analysis does not know with literal strings
+        (`model_name in ("nyu-visionx/cambrian-8b", ...)`, `args.mode == "qlora"`): the code runs only for
+        those cases, and no launch or config that was read selects one. None otherwise."""
+        for g in call.guards:
+            test = getattr(g.node, "test", None)
+            if g.branch != "body" or not isinstance(g.node, cst.If) or not isinstance(test, cst.Comparison):
+                continue
+            if len(test.comparisons) != 1:
+                continue
+            cmp = test.comparisons[0]
+            if isinstance(test.left, cst.Name) and test.left.value == "__name__":
+                continue  # `if __name__ == "__main__":` is how a script runs, not a case it picks
+            if isinstance(cmp.operator, (cst.Equal, cst.In)) and _string_literals(cmp.comparator) and \
+                    self.value(test.left, call.scope) is UNKNOWN:
+                text = " ".join(self.code(test).split()).replace("( ", "(").replace(", )", ")")
+                return text if len(text) <= 120 else text[:117] + "..."
+        if _depth >= 6:
+            return None
+        sites = self._inline_sites.get(id(call.scope))
+        if not sites:
+            return None
+        found = [self.selected_by(s, _depth + 1) for s in sites]
+        return found[0] if all(found) else None
+
+    def unseen_after(self, t: Timeline, event: Event, could: "re.Pattern[str]", entity: Optional[str] = None,
+                     effect: "Optional[re.Pattern[str]]" = None) -> list[tuple[Call, str]]:
+        """`unseen(could)` narrowed to the calls of timeline `t` after `event`, and to those that receive
+        `entity` (as an argument or the receiver) when given: what could undo or redo what `event` did."""
+        unseen = {id(c): (c, what) for c, what in self.unseen(could, effect)}
+        out: list[tuple[Call, str]] = []
+        if not unseen:
+            return out
+        for step in t.steps:
+            hit = unseen.get(id(step.call)) if step.order > event.step.order else None
+            if hit is None or hit in out:
+                continue
+            if entity is None:
+                out.append(hit)
+                continue
+            exprs = [x.value for x in step.call.node.args]
+            if step.call.receiver is not None:
+                exprs.append(step.call.receiver)
+            for x in exprs:
+                r = self.ref(x, step)
+                if r is not None and t.find(r.key) == entity:
+                    out.append(hit)
+                    break
+        return out
 
     def method_calls(self, *methods: str) -> list[Call]:
         return [c for c in self.all_calls if c.method in methods and id(c) not in self._dead]

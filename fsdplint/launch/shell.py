@@ -711,6 +711,8 @@ def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[s
         return launch
     if b == "composer":
         return _composer(rest, w0.line, file, text, path, env_words)
+    if b == "tune" and rest and rest[0].text == "run":
+        return _tune_run(rest[1:], w0.line, file, text, path)
     if _is_python(b):
         j = 0
         while j < len(rest) and rest[j].text.startswith("-") and rest[j].text not in ("-m", "-c", "-"):
@@ -744,7 +746,7 @@ def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[s
 
 def _starts_launcher(w: Word) -> bool:
     b = _base(w)
-    return b in ("accelerate", "torchrun", "deepspeed", "sbatch", "composer") or _is_python(b) or (
+    return b in ("accelerate", "torchrun", "deepspeed", "sbatch", "composer", "tune") or _is_python(b) or (
         w.text.endswith(".py") and not w.text.startswith("-"))
 
 
@@ -800,6 +802,40 @@ def _composer(words, line, file, text, path, env_words) -> Optional[Launch]:
         if got is not None:
             got.line = line
         return got
+    return launch
+
+
+def _tune_run(words, line, file, text, path) -> Launch:
+    """torchtune's `tune run [torchrun options] RECIPE --config CONFIG key=value...` (see launch/tune.py): the
+    recipe a registry name or path names, run through torchrun when torchrun options are given."""
+    from fsdplint.launch import tune
+
+    launch = _generic(words, line, file, text, path, "torchrun", TORCHRUN_FLAGS)
+    if not launch.options:
+        launch.launcher = "python"  # `tune run RECIPE` without torchrun options: one process
+    name = launch.script
+    if name is None or launch.script_open:
+        return launch
+    root = tune.registry_root(Path(path).parent if path else Path.cwd())
+    found = tune.recipe_file(name, root)
+    # A registry recipe is a file of the registry's repository; a path is resolved as any script's is; a
+    # recipe of the installed package is no file of this project (no script: nothing to lint under it).
+    launch.script = name if name.endswith(".py") else (str(root / found) if found and root else None)
+    args = []
+    i = 0
+    while i < len(launch.args):
+        w = launch.args[i]
+        args.append(w)
+        if w.text == "--config" and i + 1 < len(launch.args) and not launch.args[i + 1].unknown:
+            nxt = launch.args[i + 1]
+            cfg = tune.config_file(nxt.text, root)
+            if cfg != nxt.text and root is not None:
+                cfg = str(root / cfg)
+            args.append(Word(cfg, nxt.line, nxt.unknown, nxt.splat))
+            i += 2
+            continue
+        i += 1
+    launch.args = args
     return launch
 
 
@@ -1143,6 +1179,22 @@ def mentioned_by_launchers(root: Path, name: str) -> bool:
 def launches_from_command(cmd: str) -> list[Launch]:
     """Launches of a `--launch "CMD"` given on the command line (deepspeed jobs left out)."""
     return [l for l in parse_launches(cmd, "--launch") if l.is_fsdp_capable]
+
+
+def unbound_notice(cmd: str) -> Optional[str]:
+    """Why a well-formed launch runs no file of the project, when that is all there is to it: a `tune run` of
+    a recipe of the installed torchtune package (its code is the library's, not the project's); else None
+    (the command is not a launch: a usage error)."""
+    for c in ShellReader(cmd).commands():
+        texts = [w.text for w in c.words]
+        for i, t in enumerate(texts[:-2]):
+            if _base(c.words[i]) == "tune" and texts[i + 1] == "run":
+                launch = _tune_run(c.words[i + 2:], c.line, "--launch", cmd, None)
+                if launch.script is None and not launch.script_open:
+                    name = next((w.text for w in c.words[i + 2:] if not w.text.startswith("-")), "?")
+                    return (f"the recipe {name!r} is not in this project's torchtune recipe registry: it runs "
+                            "the installed torchtune's recipe, whose code is not linted")
+    return None
 
 
 def is_launcher_file(path: Path) -> bool:
