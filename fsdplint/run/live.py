@@ -36,7 +36,10 @@ def step_checks(model, optimizer, checkpointing: dict) -> list[dict]:
     trainable = [r for r in scan.params if r.trainable]
     missing = [r.fqn for r in trainable if id(r.param) not in held]
     # An expert that no token was routed to gets no gradient in one step on a few tokens: not a finding.
-    no_grad = [r.fqn for r in trainable if id(r.param) in held and r.param.grad is None and "expert" not in r.fqn]
+    # A parameter with no elements on this rank (FSDP1's use_orig_params views of another rank's shard)
+    # holds no local gradient: the ranks that hold its elements judge it.
+    judged = [r for r in trainable if id(r.param) in held and r.param.numel() > 0]
+    no_grad = [r.fqn for r in judged if r.param.grad is None and "expert" not in r.fqn]
     out = []
     if missing:
         out.append(make_finding(
@@ -44,7 +47,7 @@ def step_checks(model, optimizer, checkpointing: dict) -> list[dict]:
                        f"{'is' if len(missing) == 1 else 'are'} not in the optimizer: the first step leaves "
                        f"{'it' if len(missing) == 1 else 'them'} unchanged, and every later one too. Build the optimizer "
                        "from model.parameters() after get_peft_model() and the wrap."))
-    if no_grad and len(no_grad) == len([r for r in trainable if id(r.param) in held]) \
+    if no_grad and len(no_grad) == len(judged) \
             and checkpointing.get("reentrant"):
         out.append(make_finding(
             "FSDP105", f"no gradient reached any of the {_count(len(no_grad), 'trainable parameter')} "
