@@ -88,11 +88,11 @@ def install(on_unemulated=None, on_first_use=None) -> None:
     # left to whichever call first asks for it).
     checkpoint.DefaultDeviceType.set_device_type("cuda")
     m.__enter__()
-    _in_backward(m)
+    _in_backward(m, on_unemulated)
     STATE["installed"] = True
 
 
-def _in_backward(m) -> None:
+def _in_backward(m, on_unemulated=None) -> None:
     """torch's autograd engine runs the Python parts of a backward (a custom Function's backward, a
     saved-tensor unpack hook, in which non-reentrant checkpointing recomputes its forward) without
     the thread's torch-function modes. A recomputation re-enters the CUDA autocast state its forward
@@ -107,8 +107,17 @@ def _in_backward(m) -> None:
         def run(*args, **kwargs):
             if any(x is m for x in _get_current_function_mode_stack()):
                 return fn(*args, **kwargs)
-            with m:
-                return fn(*args, **kwargs)
+            try:
+                with m:
+                    return fn(*args, **kwargs)
+            except Exception as e:
+                # A recomputation whose dtypes differ from its forward's under the emulation (a path
+                # not covered yet) is the dry run's limit, not the job's error: stop, and say so.
+                if STATE["used"] is not None and on_unemulated is not None \
+                        and "different metadata than during the forward" in str(e):
+                    on_unemulated("checkpointing's recomputation did not get its forward's dtypes under the "
+                                  "emulation (" + str(e).splitlines()[0][:160] + ")")
+                raise
 
         return run
 
