@@ -176,3 +176,51 @@ def test_fsdp1_orig_params_ranks_without_elements_of_an_adapter_are_not_missing_
     found = json.loads(p.stdout)
     no_grad = [f for f in found if f["code"] == "FSDP504"]
     assert no_grad and all("layers.1." in f["message"] and "layers.0." not in f["message"] for f in no_grad), found
+
+
+# Jobs under CUDA autocast (mixed precision): the dry run applies CUDA autocast's casts to the twin's CPU
+# tensors, so forward and backward run with a GPU run's dtypes and reach the step, with no dtype error a
+# GPU would not raise.
+AUTOCAST_NOTE = "the CPU applied CUDA autocast's op policy"
+
+
+def _reached_step_clean(p, dtype="bfloat16"):
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("reached the first optimizer step in") == 2, p.stdout
+    assert f"the job runs under CUDA autocast ({dtype})" in p.stdout and AUTOCAST_NOTE in p.stdout, p.stdout
+    assert "same dtype" not in p.stdout and "[error]" not in p.stdout and "[warning]" not in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_custom_loop_under_cuda_autocast_reaches_the_step(workdir, precision):
+    # bf16: `with torch.autocast("cuda", dtype=torch.bfloat16)`; fp16: torch.amp.autocast + GradScaler. The
+    # bf16/fp16 base and peft's float32 adapters meet in each LoRA linear, as on a GPU only through autocast.
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "4", "autocast_loop.py", precision, fmt="concise")
+    _reached_step_clean(p, {"bf16": "bfloat16", "fp16": "float16"}[precision])
+
+
+def test_accelerate_bf16_fsdp1_lora_job_reaches_the_step(workdir):
+    # accelerate's mixed_precision: bf16 with FSDP1 autocasts the prepared model's forward on "cuda".
+    p = _run(workdir, "--", "accelerate", "launch", "--config_file", "accelerate_fsdp1_bf16.yaml",
+             "accelerate_lora.py", "tiny", "data.jsonl", "float32", fmt="concise")
+    _reached_step_clean(p)
+
+
+def test_trainer_bf16_qlora_with_gradient_checkpointing_reaches_the_step(workdir):
+    # SFTTrainer(bf16=True) under accelerate's FSDP1 config, a 4-bit (bf16 storage) twin and gradient
+    # checkpointing: the recomputation in backward re-enters CUDA autocast and gets the forward's dtypes.
+    pytest.importorskip("trl")
+    p = _run(workdir, "--", "accelerate", "launch", "--config_file", "accelerate_fsdp1_bf16.yaml", "sft_trainer.py",
+             "tiny", "bfloat16", "--gradient_checkpointing", fmt="concise")
+    _reached_step_clean(p)
+    assert "checkpointing" in p.stdout  # the memory table of the real config counts it
+
+
+def test_backward_error_under_cuda_autocast_is_fsdp105_at_the_backward_line(workdir):
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "4", "autocast_reentrant_frozen.py")
+    assert p.returncode == 1, p.stdout + p.stderr
+    found = json.loads(p.stdout)
+    assert [f["code"] for f in found] == ["FSDP105"], found
+    assert "element 0 of tensors does not require grad" in found[0]["message"]
+    assert found[0]["location"]["row"] == _line_of(workdir / "autocast_reentrant_frozen.py", "loss.backward()")
+    assert AUTOCAST_NOTE in p.stderr  # the summary beside the JSON report: the forward ran under autocast

@@ -153,7 +153,23 @@ def run_case(case: dict, repos: Path | None = None) -> dict:
                 and f["location"]["row"] == marked]
         ok = bool(hits)
         why = f"{case['expect']} at {name}:{marked}" if ok else f"reported {[(f['code'], f['location']['row']) for f in found]}"
-    return {"id": case["id"], "ok": ok, "why": why, "seconds": seconds, "peak_mib": peak, "expect": case["expect"]}
+    return {"id": case["id"], "ok": ok, "why": why, "seconds": seconds, "peak_mib": peak, "expect": case["expect"],
+            "reached": _reached(p.stderr)}
+
+
+def _reached(summary: str) -> str:
+    """Where the simulated ranks stopped, from the run's summary: "step", "forward (autocast)", ..."""
+    stops = []
+    for line in summary.splitlines():
+        line = line.strip()
+        if not re.match(r"rank \d+: ", line):
+            continue
+        text = line.split(": ", 1)[1]
+        stops.append("step" if text.startswith("reached the first optimizer step") else
+                     "forward (autocast)" if "under CUDA autocast" in text else
+                     "forward" if text.startswith("stopped at its first training forward") else
+                     "raised" if text.startswith("raised") else text.split(" (")[0])
+    return "/".join(dict.fromkeys(stops)) or "-"
 
 
 def main() -> int:
@@ -169,7 +185,7 @@ def main() -> int:
     for c in cases:
         r = run_case(c, a.repos)
         rows.append(r)
-        print(f"{'skip' if r['ok'] is None else 'ok ' if r['ok'] else 'MISS'} {r['id']:<34} {r['why']:<40} {r['seconds']:6.1f}s {r['peak_mib']:7.0f} MiB",
+        print(f"{'skip' if r['ok'] is None else 'ok ' if r['ok'] else 'MISS'} {r['id']:<34} {r['why']:<40} {r['seconds']:6.1f}s {r['peak_mib']:7.0f} MiB  {r.get('reached', '')}",
               flush=True)
     ran = [r for r in rows if r["ok"] is not None]
     ok = sum(bool(r["ok"]) for r in ran)

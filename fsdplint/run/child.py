@@ -45,7 +45,7 @@ def _run(spec: dict, result: dict, started: float) -> None:
     for name in ("bitsandbytes", "peft", "accelerate", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
-    from fsdplint.run import models, standins, world, wraps
+    from fsdplint.run import autocast, models, standins, world, wraps
 
     world.import_stack()
     world.install(spec["world_size"], spec["rank"], spec["local_world_size"], spec["gpu_memory"])
@@ -57,6 +57,7 @@ def _run(spec: dict, result: dict, started: float) -> None:
 
     ranks.install(spec["rank"], spec.get("user_root") or spec.get("cwd") or os.getcwd(),
                   os.path.dirname(os.path.abspath(spec["result"])))
+    autocast.install(sentinel.autocast_unemulated, sentinel.autocast_used)  # CUDA autocast's casts, on the CPU
 
     def on_stop(point, model, optimizer):
         if model is None:

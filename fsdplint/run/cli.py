@@ -98,8 +98,8 @@ def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, comm
                             cwd=cwd)
         found = report.findings(result)
         all_findings.extend(found)
-        if output_format in ("concise", "full"):
-            report.write_summary(result, sys.stdout)
+        # What each rank reached: with the findings on a terminal, or beside a machine-read report on stderr.
+        report.write_summary(result, sys.stdout if output_format in ("concise", "full") else sys.stderr)
     write_report(all_findings, output_format, sys.stdout)
     # Exit codes as for `check` at its default --fail-level: an info (e.g. FSDP502, ranks whose shards hold no
     # trainable elements) is reported but does not fail the run.

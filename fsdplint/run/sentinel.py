@@ -105,12 +105,11 @@ def install() -> None:
         if any(getattr(p, "_fsdplint_meta_model", False) for p in module.parameters(recurse=False)) \
                 or _meta_root(module):
             _stop("forward", module, PROGRESS.optimizer())
-        if PROGRESS.first_forward_seen and _cuda_autocast(torch):
+        if PROGRESS.first_forward_seen and _cuda_autocast(torch) and not _autocast_emulated():
             # accelerate's / Trainer's mixed precision autocasts on "cuda"; the twin computes on the CPU,
-            # where a CUDA autocast region casts nothing, so the forward would meet dtype mixes a GPU run
-            # never sees (and autocasting on the CPU instead changes checkpoint recomputation). Rather
-            # than report an error the cluster would not raise, the run stops at this forward, as a
-            # meta run does, and says why.
+            # where a CUDA autocast region casts nothing. Without the emulation of `autocast` the forward
+            # would meet dtype mixes a GPU run never sees: rather than report an error the cluster would
+            # not raise, the run stops at this forward, as a meta run does, and says why.
             PROGRESS.notes.add("the job's forward runs under CUDA autocast (mixed precision), which the CPU "
                                "cannot reproduce: the run stopped at its first training forward, so forward "
                                "and backward were not run")
@@ -118,6 +117,32 @@ def install() -> None:
             _stop("forward", PROGRESS.wrapped_model() or module, PROGRESS.optimizer())
 
     register_module_forward_pre_hook(before_forward)
+
+
+def _autocast_emulated() -> bool:
+    from fsdplint.run import autocast
+
+    return autocast.STATE["installed"]
+
+
+def autocast_used(dtype) -> None:
+    """The first call under CUDA autocast that the emulation cast (see `autocast`)."""
+    name = str(dtype).replace("torch.", "")
+    PROGRESS.notes.add(f"the job runs under CUDA autocast ({name}): the CPU applied CUDA autocast's op policy "
+                       f"(matmuls, linears and attention in {name}; softmax, norms, exp/log and losses in float32), "
+                       f"so forward and backward ran with the dtypes of a GPU run")
+
+
+def autocast_unemulated(reason: str) -> None:
+    """Where the emulation of CUDA autocast cannot give a GPU's dtypes: a run past its wrap stops here,
+    as at a forward under autocast without the emulation, and says why; before the wrap the call runs
+    as the CPU runs it."""
+    if not PROGRESS.armed:
+        return
+    PROGRESS.notes.add(f"the job runs under CUDA autocast, and {reason}: the run stopped there, so what "
+                       f"follows in forward and backward was not run")
+    PROGRESS.autocast_stop = True
+    _stop("forward", PROGRESS.wrapped_model(), PROGRESS.optimizer())
 
 
 def _cuda_autocast(torch) -> bool:

@@ -96,6 +96,11 @@ def _cuda(torch, count: int, local_rank: int, memory: int) -> None:
         for name, fn in generic.items():
             if hasattr(acc, name):
                 setattr(acc, name, fn)
+    cpu_stream = getattr(getattr(torch, "cpu", None), "Stream", None)
+    if cpu_stream is not None and not hasattr(cpu_stream, "synchronize"):
+        # FSDP1 computing on the CPU with offload_params waits on its device's current stream after
+        # backward; CPU work is synchronous, so there is nothing to wait for.
+        cpu_stream.synchronize = lambda self: None
     _tensor_moves(torch)
     _factories(torch)
 

@@ -1,0 +1,207 @@
+"""The dry run's emulation of CUDA autocast on CPU tensors (fsdplint.run.autocast): the dtypes each op
+gives under `torch.autocast("cuda")` on a GPU, per torch's CUDA autocast op reference, in the forms
+jobs call them (torch functions, Tensor methods and operators, torch.nn.functional, modules)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from fsdplint.run import autocast  # noqa: E402
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+
+
+@contextlib.contextmanager
+def region(dtype=BF16):
+    """A CUDA autocast region as `torch.autocast("cuda")` opens it on a GPU node."""
+    prev = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", dtype)
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled("cuda", prev[0])
+        torch.set_autocast_dtype("cuda", prev[1])
+
+
+@contextlib.contextmanager
+def cuda_autocast(dtype=BF16, on_unemulated=None):
+    """The region with the emulation on (the dry run keeps it on for the whole job)."""
+    with autocast.mode(on_unemulated), region(dtype):
+        yield
+
+
+def r(*shape, dtype=FP32, grad=False):
+    return torch.randn(*shape, dtype=dtype, requires_grad=grad)
+
+
+LOWER_CALLS = {
+    "torch.mm": lambda a, b: torch.mm(a, b),
+    "a @ b": lambda a, b: a @ b,
+    "Tensor.matmul": lambda a, b: a.matmul(b),
+    "F.linear": lambda a, b: F.linear(a, b),
+    "nn.Linear": lambda a, b: torch.nn.Linear(4, 4)(a),
+    "torch.einsum": lambda a, b: torch.einsum("ij,jk->ik", a, b),
+    "torch.baddbmm": lambda a, b: torch.baddbmm(a[None], a[None], b[None]),
+    "torch.linalg.multi_dot": lambda a, b: torch.linalg.multi_dot([a, b, a]),
+    "F.scaled_dot_product_attention": lambda a, b: F.scaled_dot_product_attention(a[None], b[None], b[None]),
+    "torch.ops.aten.mm": lambda a, b: torch.ops.aten.mm.default(a, b),
+}
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("call", sorted(LOWER_CALLS))
+def test_matmuls_and_linears_run_in_the_autocast_dtype(call, dtype):
+    with cuda_autocast(dtype):
+        out = LOWER_CALLS[call](r(4, 4), r(4, 4).to(BF16 if dtype == FP16 else FP16))
+    assert out.dtype == dtype
+
+
+FP32_CALLS = {
+    "F.softmax": lambda x: F.softmax(x, dim=-1),
+    "Tensor.softmax": lambda x: x.softmax(-1),
+    "torch.log_softmax": lambda x: torch.log_softmax(x, -1),
+    "F.cross_entropy": lambda x: F.cross_entropy(x, torch.tensor([0, 1, 2, 3])),
+    "F.layer_norm": lambda x: F.layer_norm(x, (4,)),
+    "nn.LayerNorm": lambda x: torch.nn.LayerNorm(4, dtype=BF16)(x),
+    "F.rms_norm": lambda x: F.rms_norm(x, (4,)),
+    "Tensor.exp": lambda x: x.exp(),
+    "torch.rsqrt": lambda x: torch.rsqrt(x.abs() + 1),
+    "x ** 2": lambda x: x ** 2,
+    "1 / x": lambda x: 1 / x,
+    "Tensor.sum": lambda x: x.sum(),
+    "torch.cumsum": lambda x: torch.cumsum(x, 0),
+    "F.mse_loss": lambda x: F.mse_loss(x, x.detach()),
+    "torch.norm": lambda x: torch.norm(x),
+}
+
+
+@pytest.mark.parametrize("call", sorted(FP32_CALLS))
+def test_softmax_norms_losses_and_reductions_run_in_float32(call):
+    with cuda_autocast(BF16):
+        out = FP32_CALLS[call](r(4, 4, dtype=BF16))
+    assert out.dtype == FP32
+
+
+def test_unlisted_ops_keep_their_inputs_types_and_promotion():
+    a, b = r(4, 4, dtype=BF16), r(4, 4)
+    with cuda_autocast(BF16):
+        assert (a + b).dtype == FP32  # built-in type promotion, as on a GPU
+        assert F.silu(a).dtype == BF16 and a.transpose(0, 1).dtype == BF16
+        assert torch.addcmul(a, a, b).dtype == FP32  # "promote" ops: the widest input
+        assert torch.addcmul(a, a, a.to(FP16)).dtype == BF16
+
+
+def test_what_autocast_leaves_alone_is_left_alone():
+    a = r(4, 4)
+    with cuda_autocast(BF16):
+        assert torch.mm(a.double(), a.double()).dtype == torch.float64  # float64 is not eligible
+        assert a.to(BF16).sum(dtype=BF16).dtype == BF16  # an explicit dtype is kept
+        assert torch.arange(4).sum().dtype == torch.int64  # integer tensors are not eligible
+        out = torch.empty(4, 4)
+        torch.mm(a, a, out=out)  # out= calls do not autocast
+        assert out.dtype == FP32
+        x = a.to(BF16)
+        x.exp_()  # in-place ops do not autocast
+        assert x.dtype == BF16
+    assert torch.mm(a, a).dtype == FP32  # outside the region: nothing cast
+    with cuda_autocast(BF16):
+        with torch.autocast("cuda", enabled=False):
+            assert torch.mm(a, a).dtype == FP32
+
+
+def test_backward_gives_each_parameter_a_gradient_of_its_own_dtype():
+    lin = torch.nn.Linear(4, 4)  # float32 weights, bf16 compute
+    with cuda_autocast(BF16):
+        h = lin(r(2, 4))
+        loss = F.cross_entropy(h, torch.tensor([0, 1]))
+    assert h.dtype == BF16 and loss.dtype == FP32
+    loss.backward()
+    assert lin.weight.grad.dtype == FP32 and lin.bias.grad.dtype == FP32
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpoint_recomputation_reenters_the_same_casts(reentrant, monkeypatch):
+    import torch.utils.checkpoint as cp
+
+    # As on the dry run's fake GPU node: CUDA answers present, checkpointing's device type "cuda".
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    from torch.autograd.function import BackwardCFunction
+
+    for name in ("apply", "apply_boxed"):  # restored after the test (autocast._in_backward wraps them)
+        monkeypatch.setattr(BackwardCFunction, name, getattr(BackwardCFunction, name))
+    monkeypatch.setattr(torch._C._autograd, "_push_saved_tensors_default_hooks",
+                        torch._C._autograd._push_saved_tensors_default_hooks)
+    prev = cp.DefaultDeviceType._default_device_type
+    cp.DefaultDeviceType.set_device_type("cuda")
+    try:
+        lin = torch.nn.Linear(4, 4)
+        x = r(2, 4, grad=True)
+        seen = []
+
+        def layer(t):
+            h = lin(t)
+            seen.append(h.dtype)
+            return F.softmax(h, -1)
+
+        with autocast.mode() as m:
+            autocast._in_backward(m)
+            with region(BF16):
+                out = cp.checkpoint(layer, x, use_reentrant=reentrant)
+            assert out.dtype == FP32
+            out.sum().backward()  # outside the region: the recomputation re-enters it
+        assert seen == [BF16, BF16]  # the forward and its recomputation (no metadata mismatch)
+        assert lin.weight.grad is not None and lin.weight.grad.dtype == FP32
+    finally:
+        cp.DefaultDeviceType._default_device_type = prev
+
+
+def test_binary_cross_entropy_raises_what_cuda_autocast_raises():
+    with cuda_autocast(BF16), pytest.raises(RuntimeError, match="unsafe to autocast"):
+        F.binary_cross_entropy(torch.sigmoid(r(4)), torch.rand(4))
+
+
+def test_a_python_composite_of_listed_ops_is_reported_as_not_emulated():
+    reasons = []
+    attn = torch.nn.MultiheadAttention(8, 2)
+    with cuda_autocast(BF16, on_unemulated=reasons.append):
+        attn(r(3, 1, 8), r(3, 1, 8), r(3, 1, 8))
+    assert reasons and "multi_head_attention_forward" in reasons[0]
+    reasons.clear()
+    with cuda_autocast(BF16, on_unemulated=reasons.append):
+        F.dropout(r(4, 4), 0.1)
+        F.embedding(torch.tensor([1]), r(4, 4))
+    assert reasons == []  # Python-level functions that call no listed op are emulated exactly
+
+
+def test_bitsandbytes_4bit_linear_computes_in_its_compute_dtype_as_on_a_gpu():
+    # bitsandbytes' 4-bit matmul is its own operator, which CUDA autocast does not cast: the input is
+    # cast to bnb_4bit_compute_dtype by Linear4bit itself and the output returns in the input's dtype.
+    bnb = pytest.importorskip("bitsandbytes")
+    from torch.overrides import TorchFunctionMode
+
+    seen = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if "gemm_4bit" in getattr(func, "__name__", ""):
+                seen.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    for compute in (BF16, FP32):
+        lin = bnb.nn.Linear4bit(64, 32, bias=False, compute_dtype=compute, quant_type="nf4",
+                                quant_storage=BF16)
+        lin.weight = bnb.nn.Params4bit(r(32, 64).to(BF16), requires_grad=False, quant_type="nf4",
+                                       quant_storage=BF16, module=lin)._quantize("cpu")
+        x = r(2, 5, 64, grad=True)
+        seen.clear()
+        with Spy(), cuda_autocast(BF16):
+            y = lin(x)
+        y.sum().backward()
+        assert seen == [compute] and y.dtype == FP32 and x.grad.dtype == FP32
