@@ -138,3 +138,20 @@ def test_trainer_under_cpu_ram_efficient_fsdp1_runs_clean_on_every_rank(workdir)
     p, found = _run(workdir, "--world-size", "2", "--", "accelerate", "launch", "--config_file",
                     "accelerate_fsdp1_efficient.yaml", "sft_trainer.py", "tiny")
     assert p.returncode == 0 and found == [], found
+
+
+def test_packed_4bit_weights_are_not_judged_for_the_marker():
+    """bitsandbytes loads its quantized weights itself: the step check leaves its packed Params4bit alone
+    (comparing one runs the library's own dispatch on packed storage) and still judges plain tensors."""
+    import torch
+    import bitsandbytes as bnb
+
+    from fsdplint.run import ranks
+
+    layer = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=torch.bfloat16, quant_storage=torch.bfloat16)
+    layer = layer.to("cpu")  # quantizes (bitsandbytes runs 4-bit on the CPU)
+    layer.weight = bnb.nn.Params4bit(torch.randn(64, 64), requires_grad=False,
+                                     quant_storage=torch.bfloat16)._quantize("cpu")
+    assert ranks.holds_marker(layer.weight) is False
+    assert ranks.holds_marker(torch.full((4, 4), ranks.FLOAT_MARKER)) is True
+    assert ranks.holds_marker(torch.ones(4, 4)) is False
