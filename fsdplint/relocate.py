@@ -95,6 +95,7 @@ def _gather_foreign(results: list, by_path: dict) -> None:
         cwd = str(Path.cwd().resolve())
     except OSError:
         return
+    placed: dict[tuple, Finding] = {}  # a finding named in a file nothing in this run lints: the first of its place
     for r in results:
         keep = []
         for f in r.findings:
@@ -104,6 +105,16 @@ def _gather_foreign(results: list, by_path: dict) -> None:
                 f.related = [replace(x, filename=_shown(x.filename, cwd)) for x in f.related]
                 f.message = f.message.replace(prefix, "")
             target = by_path.get(_key(f.filename)) if f.filename != r.filename else None
+            if target is None and f.filename != r.filename:
+                # Two linted files can lead to the same finding in a third file that is not linted (two
+                # documents launching one config that a requirement pin decides): one finding, the other's
+                # launches as related locations.
+                place = (f.filename, f.cell, f.start, f.code)
+                first = placed.get(place)
+                if first is not None:
+                    first.related.extend(x for x in f.related if x not in first.related)
+                    continue
+                placed[place] = f
             if target is None or target is r:
                 keep.append(f)
                 continue

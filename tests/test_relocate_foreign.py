@@ -47,3 +47,16 @@ def test_a_finding_in_an_unlinted_file_stays_with_its_linter_but_is_shown_relati
     [r] = relocate([FileResult("README.md", [f])])
     assert r.findings[0].filename == os.path.join("configs", "fsdp.yaml")
     assert str(tmp_path) not in r.findings[0].message and str(tmp_path.resolve()) not in r.findings[0].message
+
+
+def test_two_linted_files_leading_to_one_finding_in_an_unlinted_file_give_it_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("a.md", "b.md", "pyproject.toml"):
+        (tmp_path / name).write_text("x\n")
+    la = Related("a.md", Position(3, 1), Position(3, 9), "the launch that leads to this finding")
+    lb = Related("b.md", Position(5, 1), Position(5, 9), "the launch that leads to this finding")
+    results = relocate([FileResult("a.md", [_f("pyproject.toml", 4, related=[la])]),
+                        FileResult("b.md", [_f("pyproject.toml", 4, related=[lb])])])
+    found = [f for r in results for f in r.findings]
+    assert len(found) == 1
+    assert {x.filename for x in found[0].related} == {"a.md", "b.md"}
