@@ -5,6 +5,7 @@ import libcst as cst
 from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, safe
 from fsdplint.rule import Invalid, Rule
+from fsdplint.rules._unread import unread_names
 
 # Names scripts use for the local rank, best first.
 LOCAL_RANK_NAMES = ("local_rank", "LOCAL_RANK", "local_rank_id", "lrank", "gpu_id", "device_id")
@@ -255,7 +256,7 @@ class MissingSetDevice(Rule):
             unseen = a.unseen(MAY_SET_DEVICE, effect=MAY_SET_DEVICE)
             if unseen:
                 # "Never set" is proven only when every call that could set it was read.
-                names = "; ".join(f"{what} (line {ctx.line(call.node)})" for call, what in unseen[:3])
+                names = unread_names(ctx, unseen)
                 more = f" and {len(unseen) - 3} more" if len(unseen) > 3 else ""
                 ctx.report(init.node, (
                     f"The process group is initialised and no code that was read sets the CUDA device, but {names}"

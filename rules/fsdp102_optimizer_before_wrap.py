@@ -12,6 +12,7 @@ from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import InsertLinesAfter, RemoveStatement, contains, unsafe
 from fsdplint.resolve import dotted
 from fsdplint.rule import Invalid, Rule, Valid
+from fsdplint.rules._unread import unread_names
 
 # Unread functions that may build the optimizer again after the wrap (`build_optimizer(model)`, `setup_optim`).
 MAY_REBUILD = re.compile(r"optim", re.I)
@@ -525,7 +526,7 @@ class OptimizerBeforeWrap(Rule):
                 unseen = a.unseen_after(t, w, MAY_REBUILD, effect=BUILDS_OPTIMIZER)
                 if unseen:
                     # "Never rebuilt afterwards" holds only if no unread code after the wrap rebuilds it.
-                    names = "; ".join(f"{what} (line {ctx.line(c.node)})" for c, what in unseen[:3])
+                    names = unread_names(ctx, unseen)
                     ctx.report(opt.node, (
                         "The optimizer is built from the model's parameters before the model is wrapped (line "
                         f"{ctx.line(w.node)}), and the code of {names}, run after the wrap, was not read and may "

@@ -6,6 +6,7 @@ from fsdplint.findings import Applicability, Severity
 from fsdplint.fixes import RemoveStatement, Replace, unsafe
 from fsdplint.rule import Invalid, Rule, Valid
 from fsdplint.rules._quantization import unknown_choice
+from fsdplint.rules._unread import unread_names
 
 # Unread functions that may cast the model back to one dtype after the preparation (`coerce_model_to_dtype`).
 MAY_CAST = re.compile(r"dtype|cast|coerce|bf16|bfloat16|fp16|half|precision", re.I)
@@ -198,7 +199,7 @@ class KbitPrepUnderFsdp(Rule):
             if unseen:
                 # "The upcast parameters are still fp32 when FSDP wraps" holds only if nothing read casts
                 # them back: code that takes the model afterwards and was not read may do it.
-                names = "; ".join(f"{what} (line {ctx.line(c.node)})" for c, what in unseen[:3])
+                names = unread_names(ctx, unseen)
                 ctx.report(call.node, (
                     "prepare_model_for_kbit_training casts the fp16/bf16 non-quantized parameters to fp32, and "
                     f"the model then goes to {names}, whose code was not read and may cast it back to one dtype "

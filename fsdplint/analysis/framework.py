@@ -166,8 +166,10 @@ def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
             fw.orig_text = (f"use_orig_params={answer}, the Trainer's default on {tfv.describe()} (True from "
                             f"transformers {b.since})")
     else:
-        fw.orig = False
-        fw.orig_text = "use_orig_params=False (accelerate's default: the plan leaves it out)"
+        from fsdplint.launch.tools.defaults import use_orig_params_default
+
+        fw.orig = use_orig_params_default("accelerate")
+        fw.orig_text = f"use_orig_params={fw.orig} (accelerate's default: the plan leaves it out)"
 
     # -- the auto-wrap policy ---------------------------------------------------------------------------
     if a.calls("peft_fsdp_auto_wrap_policy"):

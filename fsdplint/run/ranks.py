@@ -248,26 +248,18 @@ def _fill_marker(t) -> None:
         local.fill_(FLOAT_MARKER if local.is_floating_point() else INT_MARKER if not local.is_complex() else 0)
 
 
-def _plain_torch_functions() -> tuple:
-    import torch
-
-    return tuple(getattr(f, "__func__", f) for f in (torch.Tensor.__torch_function__, torch.nn.Parameter.__torch_function__))
-
-
-_PLAIN_TORCH_FUNCTIONS: tuple = ()
+def _own(f):
+    return getattr(f, "__func__", f)  # a classmethod's function, whatever class it is bound to
 
 
 def holds_marker(t) -> bool:
-    global _PLAIN_TORCH_FUNCTIONS
-    if not _PLAIN_TORCH_FUNCTIONS:
-        _PLAIN_TORCH_FUNCTIONS = _plain_torch_functions()
     import torch
 
     local = getattr(t, "_local_tensor", t)
     if local.is_meta or local.numel() < 2 or local.is_complex():
         return False
-    own = type(local).__torch_function__
-    if getattr(own, "__func__", own) not in _PLAIN_TORCH_FUNCTIONS:
+    if _own(type(local).__torch_function__) not in (_own(torch.Tensor.__torch_function__),
+                                                    _own(torch.nn.Parameter.__torch_function__)):
         # A tensor subclass with its own torch-function handling (bitsandbytes' packed 4-bit Params4bit):
         # comparing it runs the library's dispatch on packed storage (a native crash with bitsandbytes
         # 0.50 under the run's torch-function modes); the quantized weights are loaded by the library
