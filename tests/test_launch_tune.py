@@ -100,3 +100,57 @@ def test_installed_recipe_is_a_notice_and_a_malformed_launch_is_a_usage_error(tm
     assert "installed torchtune" in r.output
     r = CliRunner().invoke(main, ["check", "--isolated", "--launch", "echo hello", "train.py"])
     assert r.exit_code == 2
+
+
+def _legacy_tree(tmp_path: Path) -> Path:
+    """A torchtune checkout from before `tune run` and the recipe registry: recipes/NAME.py beside the package."""
+    root = tmp_path / "torchtune-2024-03"
+    for rel, text in {
+        "setup.py": "from setuptools import setup\nsetup(name='torchtune', version='0.0.1')\n",
+        "torchtune/__init__.py": "_RECIPE_LIST = ['lora_finetune_distributed.py']\n",
+        "recipes/lora_finetune_distributed.py": "def recipe_main(cfg):\n    pass\n",
+        "recipes/configs/llama2/7B_lora.yaml": "device: cuda\n",
+        "docs/run.sh": "tune --nnodes 1 --nproc_per_node 8 lora_finetune_distributed --config llama2/7B_lora\n",
+    }.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def test_tune_without_run_binds_as_it_did_before_tune_run(tmp_path, monkeypatch):
+    root = _legacy_tree(tmp_path)
+    monkeypatch.chdir(root)
+    [l] = launches_from_command("tune --nnodes 1 --nproc_per_node 8 lora_finetune_distributed "
+                                "--config llama2/7B_lora lora_rank=16")
+    assert (l.launcher, Path(l.script)) == ("torchrun", root / "recipes/lora_finetune_distributed.py")
+    assert Path(l.args[1].text) == root / "recipes/configs/llama2/7B_lora.yaml"
+    assert l.args[2].text == "lora_rank=16"
+    sh = root / "docs/run.sh"
+    [l] = parse_launches(sh.read_text(), "docs/run.sh", str(sh))
+    assert Path(l.script) == root / "recipes/lora_finetune_distributed.py"
+
+
+def test_tune_subcommands_are_not_launches(tmp_path, monkeypatch):
+    root = _legacy_tree(tmp_path)
+    monkeypatch.chdir(root)
+    for cmd in ("tune ls", "tune download meta-llama/Llama-2-7b-hf --output-dir /tmp/llama",
+                "tune cp llama2/7B_lora custom.yaml", "tune validate --config custom.yaml"):
+        assert launches_from_command(cmd) == [], cmd
+
+
+def test_tune_without_run_from_the_command_line_lints_the_recipe(tmp_path, monkeypatch):
+    root = _legacy_tree(tmp_path)
+    monkeypatch.chdir(root)
+    r = CliRunner().invoke(main, ["check", "--isolated", "--launch",
+                                  "tune --nnodes 1 --nproc_per_node 8 lora_finetune_distributed --config llama2/7B_lora",
+                                  "recipes/lora_finetune_distributed.py"])
+    assert r.exit_code == 0, r.output
+    # Outside a torchtune checkout the recipe is the installed package's: a notice, not a usage error.
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "train.py").write_text("import torch\n")
+    monkeypatch.chdir(other)
+    r = CliRunner().invoke(main, ["check", "--isolated", "--launch",
+                                  "tune --nproc_per_node 2 lora_finetune_distributed --config llama2/7B_lora", "train.py"])
+    assert r.exit_code == 0 and "installed torchtune" in r.output, r.output

@@ -713,6 +713,8 @@ def _launch_from_words(words: list[Word], file: str, text: str, path: Optional[s
         return _composer(rest, w0.line, file, text, path, env_words)
     if b == "tune" and rest and rest[0].text == "run":
         return _tune_run(rest[1:], w0.line, file, text, path)
+    if b == "tune" and _legacy_tune(rest):
+        return _tune_run(rest, w0.line, file, text, path)
     if _is_python(b):
         j = 0
         while j < len(rest) and rest[j].text.startswith("-") and rest[j].text not in ("-m", "-c", "-"):
@@ -803,6 +805,15 @@ def _composer(words, line, file, text, path, env_words) -> Optional[Launch]:
             got.line = line
         return got
     return launch
+
+
+def _legacy_tune(words) -> bool:
+    """`tune [torchrun options] RECIPE ...` of torchtune before `tune run`: the first word that is no torchrun
+    option is a recipe, not one of `tune`'s subcommands."""
+    from fsdplint.launch import tune
+
+    launch = _generic(words, 0, "", "", None, "torchrun", TORCHRUN_FLAGS)
+    return launch.script is not None and not launch.script_open and launch.script not in tune.SUBCOMMANDS
 
 
 def _tune_run(words, line, file, text, path) -> Launch:
@@ -1187,11 +1198,14 @@ def unbound_notice(cmd: str) -> Optional[str]:
     (the command is not a launch: a usage error)."""
     for c in ShellReader(cmd).commands():
         texts = [w.text for w in c.words]
-        for i, t in enumerate(texts[:-2]):
-            if _base(c.words[i]) == "tune" and texts[i + 1] == "run":
-                launch = _tune_run(c.words[i + 2:], c.line, "--launch", cmd, None)
+        for i, t in enumerate(texts[:-1]):
+            if _base(c.words[i]) != "tune":
+                continue
+            words = c.words[i + 2:] if texts[i + 1] == "run" else c.words[i + 1:]
+            if texts[i + 1] == "run" or _legacy_tune(words):
+                launch = _tune_run(words, c.line, "--launch", cmd, None)
                 if launch.script is None and not launch.script_open:
-                    name = next((w.text for w in c.words[i + 2:] if not w.text.startswith("-")), "?")
+                    name = _generic(words, 0, "", "", None, "torchrun", TORCHRUN_FLAGS).script or "?"
                     return (f"the recipe {name!r} is not in this project's torchtune recipe registry: it runs "
                             "the installed torchtune's recipe, whose code is not linted")
     return None
