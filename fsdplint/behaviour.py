@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 
 @dataclass(frozen=True)
@@ -533,10 +533,27 @@ def holds(key: str, target) -> Optional[bool]:
     if b.since is not None and v < Version(b.since):
         if v.is_prerelease and Version(v.base_version) == Version(b.since):
             return None  # a development build of the release that brought it: either side of the change
+        if _checkout_between(target, b.since_read):
+            return None
         return False
     if b.until is not None and v >= Version(b.until):
         return False
+    if b.until is not None and _checkout_between(target, b.until_read):
+        return None
     return True
+
+
+def _checkout_between(target, pair) -> bool:
+    """A library's own source tree that says it is the release just before a boundary (the first of the two
+    adjacent releases read): any commit after that release carries the same number until the next one is
+    tagged, so the tree may hold the change or not. (A tree that says an older release cannot: the change
+    was not in the release after it either.)"""
+    if getattr(target, "kind", "") != "checkout" or len(pair) != 2:
+        return False
+    try:
+        return Version(pair[0]) == Version(target.version.base_version)
+    except InvalidVersion:
+        return False
 
 
 def unverified(key: str, target) -> str:

@@ -53,7 +53,9 @@ _LOCKS = ("uv.lock", "poetry.lock", "pdm.lock", "pylock.toml")
 
 
 # Where a version came from; the first four are known, "code" is a proven lower bound.
-KNOWN_KINDS = ("explicit", "config", "lock", "declared", "installed")
+# "checkout": the version a library's own source tree says it is (linting that library's repository). A tree
+# between two releases still carries the last release's number, so it is that release or any commit after it.
+KNOWN_KINDS = ("explicit", "config", "lock", "declared", "installed", "checkout")
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,7 @@ def pin_site(package: str, path: Optional[Path], stop: Optional[Path] = None) ->
         hit = _declared(directory, name, Path(stop).resolve() if stop else None)
         if hit is None or hit[0] is None:
             continue
-        if "this project is" in hit[1]:
+        if hit[2] == "checkout":
             return None  # the checkout's own version: no pin to point at
         dirs = project_dirs(directory, Path(stop).resolve() if stop else None)
         if hit[2] == "lock":
@@ -380,7 +382,7 @@ def _declared(directory: Path, package: str, stop: Optional[Path] = None) -> Opt
         if has_marker(d):
             own = _own_version(d, package)
             if own is not None:
-                return own[0], own[1], "declared"
+                return own[0], own[1], "checkout"
     for d in dirs:
         for lock in _LOCKS:
             p = d / lock

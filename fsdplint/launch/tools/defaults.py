@@ -89,7 +89,7 @@ def tool_version(package: str, path: Optional[Path], explicit: Mapping[str, str]
         for name in names:
             hit = versions._declared(path.resolve().parent, name)
             if hit is not None and hit[0] is not None:
-                return TargetVersion(package, hit[0], hit[1])
+                return TargetVersion(package, hit[0], hit[1], hit[2])
     if use_installed:
         for name in names:
             v = versions._installed(name)
