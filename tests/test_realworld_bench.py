@@ -480,3 +480,20 @@ def test_third_held_out_set_keeps_its_size_and_its_working_trees():
     for case in held3:
         reused = {url.rstrip("/") for url in case["source"]} & cited
         assert not reused, f"{case['id']}: {sorted(reused)} is already a case of the benchmark"
+
+
+def test_fourth_held_out_set_is_disjoint_from_every_earlier_case_and_keeps_its_working_trees():
+    """manifest-held4.toml is the fourth measure (issue 24): buggy jobs configured outside Python, each from a
+    report no earlier case uses, covered cases in the majority, and the fix commit on most of them."""
+    held4 = [case for path, case in _manifest() if path.name == "manifest-held4.toml"]
+    assert len(held4) >= 11
+    assert all(case["id"].startswith("held4-") for case in held4)
+    assert all(case["setup"] == "outside-python" for case in held4)
+    assert sum("fix_commit" in case for case in held4) >= 6
+    assert sum(case["covered"] for case in held4) >= 6
+    others = [case for path, case in _manifest() if path.name != "manifest-held4.toml"]
+    others += [case for _, case in _handwritten()]
+    cited = {url.rstrip("/") for case in others for url in case["source"]}
+    for case in held4:
+        reused = {url.rstrip("/") for url in case["source"]} & cited
+        assert not reused, f"{case['id']}: {sorted(reused)} is already a case of the benchmark"
