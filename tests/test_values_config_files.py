@@ -177,3 +177,29 @@ def test_dataclass_config_key_the_file_lacks_is_unknown_not_false(tmp_path):
     assert lint(tmp_path, files) == [("FSDP104", "error")]
     files["job.yaml"] = "model:\n  name: gpt2\npeft:\n  q_lora: false\n"
     assert lint(tmp_path, files) == []
+
+
+def test_an_override_whose_value_is_unknown_leaves_the_other_keys_known(tmp_path):
+    files = {"train.py": OMEGA_MAIN, "builders.py": OMEGA_BUILDERS,
+             "run.sh": 'accelerate launch --use_fsdp train.py -c cfg.yaml "run.name=${RUN_NAME}"\n',
+             "cfg.yaml": "model:\n  name: meta-llama/Llama-3.1-8B\npeft:\n  q_lora: true\n"}
+    assert lint(tmp_path, files) == [("FSDP104", "error")]
+    # `"$@"`: any key may come from the command line; the file's `true` is then not certain.
+    files["run.sh"] = 'accelerate launch --use_fsdp train.py -c cfg.yaml "$@"\n'
+    files["cfg.yaml"] = "model:\n  name: meta-llama/Llama-3.1-8B\npeft:\n  q_lora: false\n"
+    assert [code for code, _ in lint(tmp_path, files)] == ["FSDP104"]
+
+
+def test_linting_the_project_reports_the_decided_finding_in_the_helpers_module(tmp_path):
+    # builders.py linted on its own cannot know `peft_params.q_lora`; the launch of train.py decides it, and the
+    # finding is reported once, in builders.py, as the error the launch gives.
+    files = {"train.py": OMEGA_MAIN, "builders.py": OMEGA_BUILDERS,
+             "run.sh": "accelerate launch --use_fsdp train.py -c cfg.yaml\n",
+             "cfg.yaml": "model:\n  name: meta-llama/Llama-3.1-8B\npeft:\n  q_lora: true\n"}
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'job'\n")
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    r = CliRunner().invoke(main, ["check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
+                                  *TARGETS, str(tmp_path)])
+    found = [(Path(f["filename"]).name, f["severity"]) for f in json.loads(r.stdout) if f["code"] == "FSDP104"]
+    assert found == [("builders.py", "error")]

@@ -296,8 +296,10 @@ def bind_loads(loads: list[ConfigLoad], values_of, launch, base_dirs: tuple, env
                     del group[k]  # a whole sub-config replaced
                 group[key] = ArgValue((UNKNOWN if w.unknown else _override_value(value),),
                                       Origin(launch.file, w.line, "launch"))
-            if launch.open_args:
-                complete = False  # `"$@"`: any key may be set on the command line
+            # `"$@"`, or a word whose key cannot be read: any key may be set on the command line. (A word whose
+            # value alone is unknown, `"training.run_name=${RUN}"`, sets only its own key.)
+            if any(w.splat or (w.unknown and not _DOTTED_KEY.match(w.text)) for w in launch.args):
+                complete = False
                 group = {k: ArgValue(v.values + (UNKNOWN,) if UNKNOWN not in v.values else v.values, v.origin)
                          for k, v in group.items()}
         env.names[load.var] = group
