@@ -108,8 +108,9 @@ class LintContext:
         run = self.options.get("run")
         launch = run.launch if run is not None else None
         env, dirs = None, ()
-        if "add_argument" in self.source or "Parser" in self.source or "Fire(" in self.source:
-            from fsdplint.launch import arguments
+        from fsdplint.launch import arguments
+
+        if "Parser" in self.source or arguments.might_parse_arguments(self.source):
             from fsdplint.launch.runs import base_dirs
 
             try:

@@ -12,6 +12,8 @@ from typing import Optional
 
 from fsdplint.findings import Finding, Related
 
+LAUNCH_NOTE = "the launch that leads to this finding"  # (fsdplint.launch.runs names each launch so)
+
 # Finding.notes keys the engine sets on a finding reported at a call for a statement of another module.
 CAUSE = "caused at"  # the Related location of the faulty statement
 OWN_MESSAGE = "message at the cause"  # the message without the "(in other.py:N)" the caller's copy carries
@@ -51,15 +53,18 @@ def relocate(results: list) -> list:
             # (the lines the message names are the caller's: it was written for the caller's file)
             call = Related(f.filename, f.start, f.end, f"the call that runs it (lines the message names are {f.filename}'s)")
             k = (target.filename, cause.start, f.code)
-            if k in moved:
+            if k in moved and f.severity.rank >= moved[k].severity.rank:
                 if call not in moved[k].related:
                     moved[k].related.append(call)
                 continue
+            earlier = moved.get(k)  # a less severe finding of the same place (another launch's, undecided)
             f.notes.pop(CAUSE, None)
             f.filename, f.start, f.end = target.filename, cause.start, cause.end
             f.message = f.notes.pop(OWN_MESSAGE, f.message)
             f.related = [call, *(x for x in f.related if x != cause)]
             f.source_line = _line(Path(target.filename), cause.start.row)
+            if earlier is not None:
+                f.related.extend(x for x in earlier.related if x not in f.related and not _launch_note(x))
             moved[k] = f
     for r in results:
         r.findings = [f for f in r.findings if not (f.notes.get(CAUSE) is not None and _key(
@@ -72,12 +77,22 @@ def relocate(results: list) -> list:
     for (filename, start, code), f in moved.items():
         target = next(r for r in results if r.filename == filename)
         same = next((g for g in target.findings if g.code == code and g.start == start), None)
-        if same is not None:  # the module's own lint found it too: one finding, with the calls related
+        if same is not None and f.severity.rank < same.severity.rank:
+            # The module's own lint left it undecided (a warning) where a caller's launch decides it: the
+            # decided one stands, the module's own calls related.
+            f.related.extend(x for x in same.related if x not in f.related and not _launch_note(x))
+            target.findings[target.findings.index(same)] = f
+        elif same is not None:  # the module's own lint found it too: one finding, with the calls related
             same.related.extend(x for x in f.related if x not in same.related)
         else:
             target.findings.append(f)
             target.findings.sort(key=lambda g: g.sort_key())
     return results
+
+
+def _launch_note(x: Related) -> bool:
+    """A related location naming a launch that gave the less severe finding (not the one that stands)."""
+    return x.message == LAUNCH_NOTE
 
 
 def _shown(name: str, cwd: str) -> str:

@@ -91,6 +91,16 @@ class SaveModelShardedStateDict(Rule):
             """,
             options={"accelerate_config": _YAML_FULL},
         ),
+        # A project's own trainer wrapper whose save_model takes other arguments (it saves its own way).
+        Valid(
+            """
+            from myproject.trainers import build_trainer
+            trainer = build_trainer(model, args)
+            trainer.train()
+            trainer.save_model(config=config, final=True)
+            """,
+            options={"accelerate_config": _YAML_SHARDED},
+        ),
         # Sharded checkpoints only, merged offline: no save_model call.
         Valid(
             """
@@ -175,7 +185,7 @@ class SaveModelShardedStateDict(Rule):
         if _switched_to_full(a):
             return
         for call in a.method_calls("save_model"):
-            if not a.is_trainer(call.receiver):
+            if not a.is_trainer(call.receiver) or not _fits_trainer_save_model(call.node):
                 continue
             ctx.report(
                 call.node,
@@ -186,6 +196,18 @@ class SaveModelShardedStateDict(Rule):
                 "every rank), or set fsdp_state_dict_type: FULL_STATE_DICT, or merge the shards with "
                 "`accelerate merge-weights`.",
             )
+
+
+# `Trainer.save_model(self, output_dir=None, _internal_call=False)` (transformers 4.39 to 5.24 alike).
+_SAVE_MODEL_KEYWORDS = {"output_dir", "_internal_call"}
+
+
+def _fits_trainer_save_model(node) -> bool:
+    """A call the Trainer's `save_model` accepts: a keyword it does not have, or a third positional argument,
+    is another class's method (a project's trainer wrapper, `trainer.save_model(config=config)`)."""
+    positional = [a for a in node.args if a.keyword is None and not a.star]
+    keywords = {a.keyword.value for a in node.args if a.keyword is not None}
+    return len(positional) <= 2 and keywords <= _SAVE_MODEL_KEYWORDS
 
 
 def _switched_to_full(a) -> bool:

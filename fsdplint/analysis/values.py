@@ -83,6 +83,10 @@ class Values:
             return d
         if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr":
             return _single(self._getattr_values(expr, scope, depth))
+        if isinstance(expr, (cst.Subscript, cst.Call)) and self.env is not None and self.env.configs:
+            read = self._config_read(expr, scope, depth)
+            if read is not None:
+                return _single(read)
         if isinstance(expr, cst.Call) and dotted(expr.func) == "dict":
             return {a.keyword.value: self.value(a.value, scope, depth + 1) for a in expr.args if a.keyword is not None}
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
@@ -95,15 +99,63 @@ class Values:
         return UNKNOWN
 
     def env_lookup(self, d: Optional[str], scope: Optional[Scope]):
-        """The parsed argument `d` (`args.use_4bit`) reads: by the namespace's own name, or through a
-        parameter of a helper that every call hands the namespace, by position or keyword and under any
-        name (`build(model_args)` with `def build(args)`, `build(cfg=model_args)`, a chain of helpers)."""
+        """The parsed argument `d` (`args.use_4bit`, or a config file's `cfg.peft.q_lora`) reads: by the
+        namespace's own name, or through a parameter of a helper that every call hands the namespace (or a
+        part of a config, `build(cfg.peft)` with `def build(peft_params)`), by position or keyword and under
+        any name (`build(model_args)` with `def build(args)`, `build(cfg=model_args)`, a chain of helpers)."""
         hit = self.env.lookup(d)
-        if hit is not None or not d or d.count(".") != 1 or scope is None:
+        if hit is not None or not d or "." not in d or scope is None:
             return hit
-        head, attr = d.split(".")
+        head, attr = d.split(".", 1)
         ns = self._param_namespace(scope, head, 0)
         return self.env.lookup(f"{ns}.{attr}") if ns else None
+
+    def config_path(self, expr: Optional[cst.BaseExpression], scope: Optional[Scope], depth: int = 0) -> Optional[str]:
+        """The dotted key a read of a config file's object names, with the head resolved through helper
+        parameters: `cfg.peft.q_lora`, `cfg["peft"]["q_lora"]`, `peft_params.q_lora` (`build(cfg.peft)`);
+        None for other expressions."""
+        if self.env is None or not self.env.configs or depth > 8:
+            return None
+        if isinstance(expr, cst.Name):
+            if expr.value in self.env.configs:
+                return expr.value
+            ns = self._param_namespace(scope, expr.value, 0) if scope is not None else None
+            return ns if ns and ns.split(".")[0] in self.env.configs else None
+        if isinstance(expr, cst.Attribute):
+            base = self.config_path(expr.value, scope, depth + 1)
+            return f"{base}.{expr.attr.value}" if base else None
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+            key = expr.slice[0].slice.value
+            if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str):
+                base = self.config_path(expr.value, scope, depth + 1)
+                return f"{base}.{key.evaluated_value}" if base else None
+        return None
+
+    def _config_read(self, expr: cst.BaseExpression, scope: Optional[Scope], depth: int) -> Optional[frozenset]:
+        """The values a key read of a config object may hold (`cfg["dtype"]`, `cfg.get("dtype", "bf16")`,
+        `cfg.model.get("lora", {})`); None when `expr` is no such read. A key the file lacks gives the
+        `.get` default (None without one) only when the config is the file's plain mapping; else unknown."""
+        if isinstance(expr, cst.Subscript):
+            path = self.config_path(expr, scope)
+            if path is None:
+                return None
+            hit = self.env.lookup(path)
+            return frozenset(_hashable(v) for v in hit.values) if hit is not None else frozenset({UNKNOWN})
+        if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "get"):
+            return None
+        base = self.config_path(expr.func.value, scope)
+        args = [a for a in expr.args if not a.star]
+        if base is None or not args or args[0].keyword is not None or len(args) != len(expr.args):
+            return None
+        key = args[0].value
+        if not (isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str)):
+            return frozenset({UNKNOWN})
+        path = f"{base}.{key.evaluated_value}"
+        if self.env.absent(path):
+            default = next((a.value for a in args[1:] if a.keyword is None or a.keyword.value == "default"), None)
+            return self.values(default, scope, depth + 1) if default is not None else frozenset({None})
+        hit = self.env.lookup(path)
+        return frozenset(_hashable(v) for v in hit.values) if hit is not None else frozenset({UNKNOWN})
 
     def _param_namespace(self, scope: Scope, name: str, depth: int) -> Optional[str]:
         """The parsed namespace variable every call of `scope`'s function passes as its parameter `name`."""
@@ -115,10 +167,19 @@ class Values:
             return cache[key]
         cache[key] = None  # (a recursive helper asks again while this is decided: unknown)
         found = set()
+        configs = self.env.configs
         for arg, caller in self._param_arguments(scope, name):
             d = dotted(arg) if arg is not None else None
-            if d is None or "." in d:
+            head, _, tail = (d or "").partition(".")
+            if d is None:
                 found.add(None)
+            elif tail:
+                # A part of a config file's object (`build(cfg.peft)`): the parameter reads under that key.
+                if head in configs:
+                    found.add(d)
+                else:
+                    inner = self._param_namespace(caller, head, depth + 1) if caller is not None else None
+                    found.add(f"{inner}.{tail}" if inner and inner.split(".")[0] in configs else None)
             elif d in self.env.names:
                 found.add(d)
             else:
@@ -250,6 +311,10 @@ class Values:
                 return _capped(set(_hashable(v) for v in hit.values))
         if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr":
             return self._getattr_values(expr, scope, depth)
+        if isinstance(expr, (cst.Subscript, cst.Call)) and self.env is not None and self.env.configs:
+            read = self._config_read(expr, scope, depth)
+            if read is not None:
+                return _capped(set(read))
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
             return self.truth(expr, scope, depth)
         if isinstance(expr, (cst.BooleanOperation, cst.Comparison)):
@@ -288,6 +353,9 @@ class Values:
                     r = _compare(comp.operator, a, b)
                     out.add(r)
             return frozenset(out)
+        section = self._config_section_truth(test, scope)
+        if section is not None:
+            return section
         vals = self.values(test, scope, depth + 1)
         out = set()
         for v in vals:
@@ -299,6 +367,34 @@ class Values:
                 except Exception:
                     out.add(UNKNOWN)
         return frozenset(out)
+
+    def _config_section_truth(self, test: cst.BaseExpression, scope: Optional[Scope]) -> Optional[frozenset]:
+        """`if cfg.peft:` on a section of a config file's object: a plain mapping is true when not empty; a
+        dataclass config's section is an object, always true. None for other tests."""
+        if self.env is None or not self.env.configs or not isinstance(test, (cst.Attribute, cst.Subscript)):
+            return None
+        path = self.config_path(test, scope)
+        hit = self.env.lookup(path) if path else None
+        if hit is None or not hit.values or not all(isinstance(v, dict) for v in hit.values):
+            return None
+        plain = self.env.configs.get(path.split(".")[0])
+        return frozenset(bool(v) if plain else True for v in hit.values)
+
+    def _reads_config(self, test: cst.BaseExpression, scope: Optional[Scope], depth: int = 0) -> bool:
+        """The test reads a config file's object (directly or through a name bound to a read of one)."""
+        if self.env is None or not self.env.configs or depth > 3:
+            return False
+        stack = [test]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, (cst.Attribute, cst.Subscript)) and self.config_path(n, scope) is not None:
+                return True
+            if isinstance(n, cst.Name) and n.value in self._env_locals:
+                for s in ([scope] if scope is not None else []) + [self.c.module_scope]:
+                    if any(self._reads_config(v, s, depth + 1) for _, v in s.assigns.get(n.value, ())):
+                        return True
+            stack.extend(n.children)
+        return False
 
     def _param_values(self, scope: Scope, name: str, depth: int) -> frozenset:
         """A parameter: its default and the arguments of the file's calls to the function; UNKNOWN
@@ -414,20 +510,28 @@ class Values:
         if key not in cache:
             test = getattr(if_node, "test", None)
             t = self.truth(test, scope) if test is not None and self._mentions_env(test, scope) else None
-            if t is not None and UNKNOWN in t and not self._arguments_only(test, scope):
-                t = None  # also reads run-time values (`step % args.every == 0`): not decided by the arguments
+            if t is not None and UNKNOWN in t and (not self._arguments_only(test, scope)
+                                                   or self._reads_config(test, scope)):
+                # Also reads run-time values (`step % args.every == 0`), or a config key the file does not
+                # give (a dataclass config's default, a key set elsewhere): not decided by the launch.
+                t = None
             cache[key] = t
         return cache[key]
 
     def _arguments_only(self, test: cst.BaseExpression, scope: Optional[Scope] = None) -> bool:
         """The test reads only parsed arguments (and names bound to them) and constants."""
-        prefixes = tuple(f"{ns}." for ns in (*self.env.names, *self._namespace_params(scope)))
+        params = self._namespace_params(scope)
+        prefixes = tuple(f"{ns}." for ns in (*self.env.names, *params))
         stack = [test]
         while stack:
             n = stack.pop()
+            if isinstance(n, (cst.Subscript, cst.Call)) and self.env.configs and self._config_read(n, scope, 0) is not None:
+                continue  # a key read of a config file's object (`cfg.get("x", False)`, `cfg["x"]`)
             if isinstance(n, cst.Attribute):
                 d = dotted(n)
-                if d is None or not d.startswith(prefixes) or d.count(".") != 1:
+                if d is None or not d.startswith(prefixes):
+                    return False
+                if d.count(".") != 1 and self.config_path(n, scope) is None:
                     return False
             elif isinstance(n, cst.Name):
                 if n.value not in ("True", "False", "None") and n.value not in self._env_locals:
@@ -446,7 +550,7 @@ class Values:
         stack = [test]
         while stack:
             n = stack.pop()
-            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value in names:
+            if isinstance(n, (cst.Attribute, cst.Subscript)) and isinstance(n.value, cst.Name) and n.value.value in names:
                 return True
             if isinstance(n, cst.Name) and n.value in local:
                 return True
@@ -470,7 +574,12 @@ class Values:
         def reads_argument(v) -> bool:
             while isinstance(v, (cst.UnaryOperation, cst.Comparison, cst.BooleanOperation, cst.IfExp)):
                 v = v.expression if isinstance(v, cst.UnaryOperation) else v.left if not isinstance(v, cst.IfExp) else v.test
-            return isinstance(v, cst.Attribute) and isinstance(v.value, cst.Name) and v.value.value in names
+            if isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value == "get":
+                v = v.func.value  # `use_x = cfg.get("use_x", False)`
+            while isinstance(v, (cst.Attribute, cst.Subscript)) and self.env.configs and not (
+                    isinstance(v.value, cst.Name)):
+                v = v.value  # `storage = cfg.peft.bnb_4bit_quant_storage`
+            return isinstance(v, (cst.Attribute, cst.Subscript)) and isinstance(v.value, cst.Name) and v.value.value in names
 
         for s in self.c.scopes:
             for name, vals in s.assigns.items():

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from fsdplint.launch import configfiles
 from fsdplint.unknown import UNKNOWN
 
 _PARSERS = ("HfArgumentParser", "TrlParser", "H4ArgumentParser")
@@ -138,6 +139,8 @@ class Definitions:
     file_arg: bool = False  # parse_yaml_file/parse_json_file/H4 parse: the first argument may be a recipe
     recipe: Optional[str] = None  # `parse_yaml_file("recipe.yaml")` with the path written in the script
     fire: bool = False  # `fire.Fire(main)`: the command line's `--key value` words, as fire reads them
+    # Config objects built from a file the launch names (`cfg = OmegaConf.load(args.config)`, see configfiles).
+    configs: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -172,20 +175,39 @@ class ArgEnv:
     training: list[tuple[str, ArgValue]] = field(default_factory=list)  # TrainingArguments fields set explicitly
     texts: dict[str, str] = field(default_factory=dict)  # recipe files read, for source lines
     switches: dict[str, Any] = field(default_factory=dict)  # opt-in flag -> the value passing it gives
+    # Config variables read from a file (their keys dotted: `peft.q_lora`) -> whether a key the file lacks is
+    # absent (a plain mapping) rather than filled by defaults that are not read (a dataclass config).
+    configs: dict[str, bool] = field(default_factory=dict)
 
     def lookup(self, dotted: Optional[str]) -> Optional[ArgValue]:
-        if not dotted or dotted.count(".") != 1:
+        if not dotted or "." not in dotted:
             return None
-        ns, attr = dotted.split(".")
+        ns, attr = dotted.split(".", 1)
         group = self.names.get(ns)
-        if group is None:
+        if group is None or ("." in attr and ns not in self.configs):
             return None
         return group.get(attr, ArgValue((UNKNOWN,)))
+
+    def absent(self, dotted: Optional[str]) -> bool:
+        """`cfg.key` names a key a complete config file lacks (so `cfg.get(key, default)` gives the default)."""
+        if not dotted or "." not in dotted:
+            return False
+        ns, attr = dotted.split(".", 1)
+        group = self.names.get(ns)
+        if group is None or not self.configs.get(ns) or attr in group:
+            return False
+        # A key under an overridden or unknown parent is not known to be absent.
+        parts = attr.split(".")
+        return all(_is_mapping_value(group.get(".".join(parts[:i]))) for i in range(1, len(parts)))
+
+
+def _is_mapping_value(v: Optional[ArgValue]) -> bool:
+    return v is not None and len(v.values) == 1 and isinstance(v.values[0], dict)
 
 
 # -- reading the script -------------------------------------------------------------------
 def might_parse_arguments(text: str) -> bool:
-    return "add_argument" in text or any(p in text for p in _PARSERS) or "Fire(" in text
+    return "add_argument" in text or any(p in text for p in _PARSERS) or "Fire(" in text or configfiles.might_load(text)
 
 
 def parse_definitions(source: str, use_installed: bool = True, find_module=None,
@@ -295,8 +317,10 @@ def parse_definitions(source: str, use_installed: bool = True, find_module=None,
             g.training = True
             for name, f in (library_fields("transformers.TrainingArguments", use_installed) or {}).items():
                 g.fields.setdefault(name, f)
+    if configfiles.might_load(source):
+        defs.configs = configfiles.find_loads(nodes, imports, lambda n: _qualify(n, imports), defs.namespaces)
     # `def main(args)` called with a parsed namespace: the parameter holds the same fields.
-    return defs if defs.namespaces else None
+    return defs if defs.namespaces or defs.configs else None
 
 
 def _trainer_args(nodes) -> set[str]:
@@ -816,6 +840,8 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = (), free: frozenset 
                     v.values = v.values + (sw[1],)
     for var, g in defs.namespaces.items():
         env.names[var] = values[id(g)]
+    if defs.configs:
+        configfiles.bind_loads(defs.configs, lambda ns, f: env.names.get(ns, {}).get(f), launch, base_dirs, env)
     for g in defs.groups:
         if g.training:
             for name, v in values[id(g)].items():

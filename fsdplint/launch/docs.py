@@ -19,6 +19,9 @@ _PROMPT = re.compile(r"^\s*(?:\([^)\s]*\)\s*)?[$%]\s+(.*)$")
 # An untagged block counts only when it holds a launcher command.
 _LAUNCHER = re.compile(r"(?:^|[\s;&|(])(?:accelerate(?:\s+launch|-launch)|torchrun|python[0-9.]*\s+(?:-m\s+\S+|\S+\.py))")
 DOC_SUFFIXES = (".md", ".markdown", ".rst", ".mdx")
+JOB_SUFFIXES = (".yaml", ".yml")
+# A job file whose top-level `run:` key is a block of shell text (SkyPilot's task YAML, and the like).
+_RUN_KEY = re.compile(r"^run:\s*[|>][-+0-9]*\s*$")
 
 
 def _block_lines(body: list[str], tag: str) -> list[str]:
@@ -72,3 +75,30 @@ def shell_text(text: str, rst: bool = False) -> str:
             continue
         i += 1
     return "\n".join(out) + ("\n" if out else "")
+
+
+def job_run_text(text: str) -> str:
+    """The shell text of a job YAML's top-level `run: |` block in place (dedented), every other line blank;
+    empty when the file has no such block that runs a launcher."""
+    lines = text.splitlines()
+    out = [""] * len(lines)
+    found = False
+    i = 0
+    while i < len(lines):
+        if _RUN_KEY.match(lines[i]):
+            j = i + 1
+            while j < len(lines) and (not lines[j].strip() or lines[j][:1] in (" ", "\t")):
+                j += 1
+            body = lines[i + 1:j]
+            if any(_LAUNCHER.search(l) for l in body):
+                indent = min((len(l) - len(l.lstrip()) for l in body if l.strip()), default=0)
+                out[i + 1:j] = [l[indent:] for l in body]
+                found = True
+            i = j
+            continue
+        i += 1
+    return "\n".join(out) + "\n" if found else ""
+
+
+def is_job_file(text: str) -> bool:
+    return any(_RUN_KEY.match(l) for l in text.splitlines()) and bool(job_run_text(text))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from fsdplint.launch.docs import DOC_SUFFIXES, shell_text
+from fsdplint.launch.docs import DOC_SUFFIXES, JOB_SUFFIXES, is_job_file, job_run_text, shell_text
 from fsdplint.roots import has_marker, linted_root
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -946,16 +946,32 @@ def shell_files(root: Path, max_depth: int = 4) -> list[Path]:
                 found.append(Path(dirpath) / n)
             elif n.endswith(DOC_SUFFIXES) and len(docs) < _MAX_DOC_FILES and _is_doc(Path(dirpath) / n, root):
                 docs.append(Path(dirpath) / n)
+            elif n.endswith(JOB_SUFFIXES) and len(docs) < _MAX_DOC_FILES and _is_job(Path(dirpath) / n):
+                docs.append(Path(dirpath) / n)
         if len(found) >= _MAX_SHELL_FILES:
             break
     _FILES[key] = found[:_MAX_SHELL_FILES] + docs
     return _FILES[key]
 
 
+def _is_job(path: Path) -> bool:
+    """A job YAML (SkyPilot's `run: |` block) that runs a launcher: its commands launch the project's scripts."""
+    try:
+        if path.stat().st_size > _MAX_SHELL_BYTES:
+            return False
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return "\nrun:" in text and is_job_file(text)
+
+
 def _shell_text_of(path: Path, text: str) -> str:
-    """A launcher's shell text; for a document, its shell blocks in place (other lines blank)."""
+    """A launcher's shell text; for a document, its shell blocks in place (other lines blank); for a job
+    YAML, its `run:` block in place."""
     if path.name.endswith(DOC_SUFFIXES):
         return shell_text(text, rst=path.suffix == ".rst")
+    if path.name.endswith(JOB_SUFFIXES):
+        return job_run_text(text)
     return text
 
 
