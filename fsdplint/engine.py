@@ -633,11 +633,14 @@ def lint_files(files: list[str], settings: Settings) -> list[FileResult]:
 
 
 def lint_files_parallel(files: list[str], settings: Settings, jobs: int) -> list[FileResult]:
-    """`lint_files` in `jobs` worker processes, results in the order given. Each worker takes runs of files
+    """`lint_files` in `jobs` worker processes, results in the order given. Each worker takes a run of files
     that follow one another in the importers-first order, so that a module reached by a file of its run is
-    parsed once there and its own lint reuses the parse, as in one process; spread file by file over the
-    workers, a reached module would be parsed in part by each worker that reaches it, then whole for its
-    own lint. A few runs per worker keep the workers busy alike."""
+    parsed once there and its own lint reuses the parse, as in one process. A file belongs to the worker that
+    reaches it first (a shared claim per file): a worker whose file's calls reach a module of another run
+    that nobody has claimed yet parses it whole and lints it itself, and the other worker skips it; with a
+    fixed cut, both would parse it (the reaching one a part, the other one whole for its lint). A module the
+    other worker claimed first is parsed here too, but whole and once for every function reached in it
+    (`index._claimed`): parts would mean a second parse as soon as another function of it is wanted."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -650,26 +653,67 @@ def lint_files_parallel(files: list[str], settings: Settings, jobs: int) -> list
         mp = multiprocessing.get_context("fork")
     except ValueError:  # platforms without fork
         mp = multiprocessing.get_context()
+    # claims[i]: 0 while nobody lints file i, else 1 + the index of the run that lints it.
+    claims = mp.Array("i", len(files)) if settings.project and len(pieces) > 1 else None
     out: dict[int, FileResult] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp) as pool:
-        for piece, results in zip(pieces, pool.map(_lint_run, [[files[i] for i in p] for p in pieces],
-                                                   [settings] * len(pieces), chunksize=1)):
-            out.update(zip(piece, results))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp, initializer=_share_claims,
+                             initargs=(claims,)) as pool:
+        for results in pool.map(_lint_run, [files] * len(pieces), pieces, range(len(pieces)),
+                                [settings] * len(pieces), chunksize=1):
+            out.update(results)
     return relocate([out[i] for i in range(len(files))])
 
 
-def _lint_run(files: list[str], settings: Settings) -> list[FileResult]:
-    """One worker's run of files, in the order given (already importers first), the rest as `lint_files`."""
+_CLAIMS: list = [None]  # the run's shared claims, in a worker process (see `lint_files_parallel`)
+
+
+def _share_claims(claims) -> None:
+    _CLAIMS[0] = claims
+
+
+def _lint_run(files: list[str], piece: list[int], run: int, settings: Settings) -> dict[int, FileResult]:
+    """One worker's run: the files of `files` at the indices of `piece`, in that order (already importers
+    first), the rest as `lint_files`; with shared claims, also the files of other runs it reached first, each
+    right after the file whose lint reached it, and none that another worker claimed first."""
     _new_run()
-    if not settings.project or len(files) < 2:
-        return [lint_file(f, settings) for f in files]
+    claims = _CLAIMS[0]
+    if not settings.project or len(piece) < 2 and claims is None:
+        return {i: lint_file(files[i], settings) for i in piece}
     from fsdplint.analysis.index import expect
 
-    expect(files)
+    reached: list[int] = []
+
+    def claim(i: int) -> bool:
+        if claims is None:
+            return True
+        with claims.get_lock():
+            owner = claims[i]
+            if owner == 0:
+                claims[i] = owner = run + 1
+        if owner != run + 1:
+            return False
+        if i not in mine:
+            mine.add(i)
+            reached.append(i)
+        return True
+
+    mine = set(piece)
+    out: dict[int, FileResult] = {}
+    if claims is None:
+        expect([files[i] for i in piece])
+    else:
+        expect(files, claim)
     try:
-        return [lint_file(f, settings) for f in files]
+        for i in piece:
+            if i in out or not claim(i):
+                continue
+            out[i] = lint_file(files[i], settings)
+            while reached:
+                j = reached.pop(0)
+                out[j] = lint_file(files[j], settings)
     finally:
         expect(())
+    return out
 
 
 def _size(filename: str) -> int:

@@ -103,3 +103,49 @@ def test_a_script_linted_per_argument_set_is_parsed_once(tmp_path):
     findings, parses = _lint(root, tmp_path / "log", "--no-project", "train_0.py")
     assert "FSDP101" in {f["code"] for f in findings}
     assert parses == {str((root / "train_0.py").resolve()): 1}
+
+
+# A module every chain calls into (two of its functions), so that both workers of `-j 2` reach it.
+COMMON = """
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+
+    def shard_layers(model):
+        for layer in model.model.layers:
+            fully_shard(layer)
+        return model
+
+
+    def cast(model):
+        fully_shard(model)
+        return model.to(torch.bfloat16)
+"""
+SHARED_WRAP = """
+    from pkg.common import cast, shard_layers
+    from pkg.load_{i} import load_model_{i}
+
+
+    def wrapped_{i}(name):
+        model = shard_layers(load_model_{i}(name))
+        return cast(model)
+"""
+
+
+def test_a_module_both_workers_reach_is_parsed_whole_in_each_at_most(tmp_path):
+    root = _project(tmp_path)
+    (root / "pkg" / "common.py").write_text(textwrap.dedent(COMMON))
+    for i in range(6):
+        (root / "pkg" / f"wrap_{i}.py").write_text(textwrap.dedent(SHARED_WRAP.format(i=i)))
+    one, parses_one = _lint(root, tmp_path / "one.log", ".", "-j", "1")
+    two, parses_two = _lint(root, tmp_path / "two.log", ".", "-j", "2")
+    assert one == two
+    assert {f["code"] for f in one} >= {"FSDP101"}
+    assert max(parses_one.values()) == 1, parses_one
+    # A worker reaching a module that the other worker lints parses it whole, once, for every function its
+    # files call there (not one part, then the whole when a second function is wanted); a module it lints
+    # itself is parsed once. No linted module is parsed in part, as with one job.
+    kinds = Counter(line.split("\t", 1)[0] for line in (tmp_path / "two.log").read_text().splitlines())
+    assert kinds["part"] == 0, (tmp_path / "two.log").read_text()
+    assert max(parses_two.values()) <= 2, parses_two
+    assert sum(parses_two.values()) <= len(parses_one) + 1, parses_two

@@ -664,11 +664,15 @@ class Project:
         full = self._whole(path, text)
         if full is not None:
             return full
-        if path in _UPCOMING:  # the file's own lint comes later in this process: parse it whole, once
+        if path in _UPCOMING and _claimed(path):  # its own lint comes later in this process: parse it whole, once
             fm = self._parse_ahead(path, text)
             if fm is not None:
                 return fm
         keep = self._needed(path, need) if need is not None else None
+        if path in _ELSEWHERE:
+            # Another process lints it: the files of the run that reach one part of it mostly reach others
+            # too, and a second part would mean a second parse here (a part, then the whole).
+            keep = None
         if keep is not None and self._first_part.get(path) not in (None, keep):
             keep = None  # a second part of the same module wanted: parse it whole, once, for every later call
         key = (path, keep)
@@ -810,19 +814,40 @@ _ROOTS: dict[Path, Optional[Path]] = {}
 # Files this process is going to lint (resolved paths), announced by the sequential run (`expect`).
 _UPCOMING: set = set()
 _RESOLVED: dict = {}  # a path `expect` was given -> its resolution
+_POSITION: dict = {}  # a resolved path of `expect` -> its index in the paths given
+_ELSEWHERE: set = set()  # files of the run that another process claimed (see `_claimed`)
+_CLAIM: list = [None]  # `expect`'s claim: whether this process may lint the file at that index (None: all)
 
 
-def expect(paths) -> None:
-    """Announce the files this process lints next (a run with one job): a module that another file's calls
-    reach before its own turn is parsed whole once, and its lint reuses that parse and its records."""
+def expect(paths, claim=None) -> None:
+    """Announce the files this process lints next: a module that another file's calls reach before its own
+    turn is parsed whole once, and its lint reuses that parse and its records. With `claim` (a run shared by
+    several worker processes), the file at index `i` of `paths` is parsed whole only when `claim(i)` gives it
+    to this process, which then lints it (a worker that reaches a file first parses and lints it: the other
+    one would parse it again); a file another process claimed is parsed in part, as any other module."""
     _UPCOMING.clear()  # what an earlier run left (interrupted) is not to come
     _RESOLVED.clear()
-    for p in paths:
+    _POSITION.clear()
+    _ELSEWHERE.clear()
+    _CLAIM[0] = claim
+    for i, p in enumerate(paths):
         try:
             _RESOLVED[Path(p)] = resolved = Path(p).resolve()
         except (OSError, RuntimeError):  # RuntimeError: a symlink loop
             continue
         _UPCOMING.add(resolved)
+        _POSITION.setdefault(resolved, i)
+
+
+def _claimed(path: Path) -> bool:
+    """Whether the upcoming file is this process's to lint (always, without a claim); not, and it is no
+    longer upcoming here."""
+    claim = _CLAIM[0]
+    if claim is None or claim(_POSITION[path]):
+        return True
+    _UPCOMING.discard(path)
+    _ELSEWHERE.add(path)
+    return False
 
 
 def linted(path: Optional[Path]) -> None:
