@@ -83,10 +83,17 @@ def findings(result: RunResult) -> list[Finding]:
         from fsdplint.run import saving
 
         extra += saving.findings(result)  # what each rank's first save wrote
+    hung = {f.notes.get("ranks") for f in extra if f.notes.get("before_exception")}
+    if hung:  # a rank that hangs in a collective on the cluster never reaches the exception it raised here
+        out = [f for f in out if not _is_exception(f) or f.notes.get("ranks") not in hung]
     for f in extra:
         f.filename = _display(f.filename) if not f.filename.startswith("<") else f.filename
         out.append(f)
     return out
+
+
+def _is_exception(f: Finding) -> bool:
+    return f.message.startswith("the job raises ")
 
 
 def raised_message(text: str, code: str) -> str:
