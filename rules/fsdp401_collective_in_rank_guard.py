@@ -38,7 +38,9 @@ class CollectiveInRankGuard(Rule):
 
     Under `fsdplint run`, the collectives each simulated rank enters (torch.distributed's Python API) are
     logged; when rank 0 and the last rank reached the same stop point and one entered more of a collective
-    than the other, that collective is reported at the job's line that entered it.
+    than the other, that collective is reported at the job's line that entered it. With `--until save` the
+    run goes on to the job's first save: a rank that stopped at its save and entered more of a collective than
+    a rank that ran to the job's end (rank 0 gathering a state dict under its rank guard) is reported the same way.
 
     ## Why is this bad?
     Gathering a sharded state dict is a collective: every rank must take part in the all-gathers. When

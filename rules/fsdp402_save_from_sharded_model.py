@@ -10,7 +10,7 @@ class SaveFromShardedModel(Rule):
     code = "FSDP402"
     name = "save-from-sharded-model"
     severity = Severity.ERROR
-    sides = "S"
+    sides = "SR"
     summary = (
         "adapter/model saved from a sharded model without a full-state-dict gather (unwrapped "
         "`.module.save_pretrained`/`.state_dict()`, `torch.save(model.state_dict())` under FSDP2): saves one shard"
@@ -34,6 +34,13 @@ class SaveFromShardedModel(Rule):
     units; of the wrapper itself (`trainer.model`, the prepared or `FSDP(...)` model) in a function that writes
     a checkpoint and sets no `state_dict_type` anywhere, a warning: FSDP1's default FULL_STATE_DICT gathers
     the whole model, unoffloaded, on every rank's GPU.
+
+    Under `fsdplint run --until save` the job runs past its first step to its first save (written to the
+    run's own temporary directory), and what each simulated rank's save was given is judged: an adapter
+    with no tensor or only empty ones (wherever it is written), and tensors smaller than the model's own
+    (by the unsharded shapes FSDP1's flat parameters and FSDP2's DTensors hold) or sharded objects
+    (DTensor, ShardedTensor) written to a path every rank shares or that one rank alone writes. A path of
+    each rank's own, and `torch.distributed.checkpoint`, are sharded checkpoints by design and not reported.
 
     `save_pretrained()` (no `state_dict=`) of a peft model wrapped with FSDP1 outside a `state_dict_type`
     context, as one unit or with an auto-wrap policy (nested units): an error. Measured on CPU with 2 gloo

@@ -14,7 +14,7 @@ class SaveModelShardedStateDict(Rule):
     code = "FSDP404"
     name = "save-model-sharded-state-dict"
     severity = Severity.ERROR
-    sides = "S"
+    sides = "SR"
     summary = (
         "`trainer.save_model()` under FSDP with `state_dict_type: SHARDED_STATE_DICT`: the Trainer writes no "
         "loadable model or adapter"
@@ -26,6 +26,10 @@ class SaveModelShardedStateDict(Rule):
     `fsdp_state_dict_type`, `TrainingArguments(fsdp_config={"state_dict_type": ...})` or
     `FullyShardedDataParallelPlugin(state_dict_type=...)`) asks for `SHARDED_STATE_DICT` (or
     `LOCAL_STATE_DICT`), when the script does not switch the plugin to `FULL_STATE_DICT` before saving.
+
+    Under `fsdplint run --until save`, when the job's first save after its first step is its own
+    `trainer.save_model()` and rank 0's call wrote no weights under a state-dict type other than
+    `FULL_STATE_DICT`, the run reports it at that call.
 
     ## Why is this bad?
     Under FSDP, `Trainer.save_model()` gathers and writes weights only when the plugin's state-dict type

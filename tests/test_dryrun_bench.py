@@ -55,6 +55,7 @@ def test_every_case_is_well_formed():
             assert sizes in runner.HUB_CONFIGS, f"{where}: no published config named {sizes!r}"
         if case.get("model"):
             assert case["model"] == "llama70b", where
+        assert case.get("until", "step") in ("step", "save"), f"{where}: until is `fsdplint run --until`'s value"
         if case.get("repo"):  # an official example, extracted at run time
             assert re.match(r"^[\w.-]+/[\w.-]+$", case["repo"]), where
             assert SHA_RE.match(case["commit"]), f"{where}: commit is not a full SHA"

@@ -123,6 +123,8 @@ def run_case(case: dict, repos: Path | None = None) -> dict:
         cmd = [sys.executable, "-m", "fsdplint", "run", "--output-format", "json"]
         if case.get("world_size"):
             cmd += ["--world-size", str(case["world_size"])]
+        if case.get("until"):  # "save": the run goes on past the first step to the job's first save
+            cmd += ["--until", case["until"]]
         started = time.perf_counter()
         # Through a fresh parent per case, so the peak is this case's largest process (the run or one of
         # its ranks), not the largest of the whole benchmark so far.
@@ -166,6 +168,8 @@ def _reached(summary: str) -> str:
             continue
         text = line.split(": ", 1)[1]
         stops.append("step" if text.startswith("reached the first optimizer step") else
+                     "save" if text.startswith("reached its first save") else
+                     "end" if text.startswith("ran to its end after its first optimizer step") else
                      "forward (autocast)" if "under CUDA autocast" in text else
                      "forward" if text.startswith("stopped at its first training forward") else
                      "raised" if text.startswith("raised") else text.split(" (")[0])

@@ -74,6 +74,12 @@ def _run(spec: dict, result: dict, started: float) -> None:
             result["notes"].append(f"the runtime checks could not inspect the model: {errors.one_line(e)}")
 
     sentinel.PROGRESS.on_stop = on_stop
+    if spec.get("until") == "save":
+        from fsdplint.run import saving
+
+        saving.install(spec["rank"], spec["writes"])
+        sentinel.PROGRESS.until = "save"
+        sentinel.PROGRESS.after_step = saving.after_first_step
     sys.argv = [spec["argv0"], *spec["args"]]
     cwd = spec.get("cwd") or os.getcwd()
     os.chdir(cwd)
@@ -99,6 +105,9 @@ def _run(spec: dict, result: dict, started: float) -> None:
         result["point"] = stop.point
         result["autocast_stop"] = sentinel.PROGRESS.autocast_stop
         result["stop_frame"] = errors.user_frame(stop.__traceback__, spec.get("user_root") or cwd)
+        if sentinel.PROGRESS.stepped:  # `--until save`: the step's findings are at the step's line
+            result["stop_frame"] = errors.deepest_user_frame(sentinel.PROGRESS.step_stack,
+                                                             spec.get("user_root") or cwd)
         result["stopped_after"] = round(time.perf_counter() - started, 2)
         try:
             _full_size(spec, result)
@@ -114,6 +123,12 @@ def _run(spec: dict, result: dict, started: float) -> None:
         result["exception"] = {"text": errors.one_line(e), "code": errors.rule_for(str(e)), "frame": frame,
                                "traceback": traceback.format_exc(limit=-8)}
     result["reached"] = list(sentinel.PROGRESS.points)
+    if spec.get("until") == "save":
+        from fsdplint.run import saving
+
+        result["saves"] = saving.record()
+        if result["saves"]:
+            result["reached"].append("save")
     result["holds"] = ranks.record()  # what each wrap held, the collectives entered (see ranks)
     result["notes"].extend(ranks.RECORD["notes"])
     result["notes"].extend(models.NOTES)
@@ -129,8 +144,11 @@ def _at_end(spec: dict, result: dict, cwd: str, started: float) -> None:
     model = sentinel.PROGRESS.wrapped_model()
     if model is None or sentinel.PROGRESS.on_stop is None:
         return
-    sentinel.PROGRESS.on_stop("end", model, sentinel.PROGRESS.optimizer())
-    frame = errors.deepest_user_frame(sentinel.PROGRESS.forward_stack, spec.get("user_root") or cwd)
+    if sentinel.PROGRESS.stepped:  # `--until save`, no save on this rank: its first step was checked
+        frame = errors.deepest_user_frame(sentinel.PROGRESS.step_stack, spec.get("user_root") or cwd)
+    else:
+        sentinel.PROGRESS.on_stop("end", model, sentinel.PROGRESS.optimizer())
+        frame = errors.deepest_user_frame(sentinel.PROGRESS.forward_stack, spec.get("user_root") or cwd)
     if frame:
         result["stop_frame"] = frame
     result["stopped_after"] = round(time.perf_counter() - started, 2)

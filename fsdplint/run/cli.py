@@ -15,7 +15,8 @@ HELP = """Run the job's real launch in a dry-run world: a fake process group of 
 answered as on an N-GPU node, each model a shrunk twin of its config.json (same modules, names, dtypes,
 quantization; small sizes, random values, on the CPU; no weights), the real transformers / peft /
 bitsandbytes / accelerate / FSDP code. The job's forward and backward run; it stops at its first
-optimizer step and reports, in fsdplint's codes, what the cluster would raise and what the live model
+optimizer step (with --until save: runs on past it, its data loaders cut, to the job's first save,
+written to a directory of the run's own and judged) and reports, in fsdplint's codes, what the cluster would raise and what the live model
 shows, with the per-rank memory of the real config. WARNING: this EXECUTES the job's code (and everything it imports). The hub is offline
 unless HF_HUB_OFFLINE is set in the environment.
 
@@ -31,11 +32,13 @@ unless HF_HUB_OFFLINE is set in the environment.
 @click.option("--gpu-memory", default="80GiB", show_default=True, help="Memory of each simulated GPU.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Wall-clock limit per run, seconds.")
 @click.option("--launch", "launches", multiple=True, help="A launch command to run (repeatable).")
+@click.option("--until", default="step", show_default=True, type=click.Choice(("step", "save")),
+              help="Where each rank stops: its first optimizer step, or (save) the job's first save after it.")
 @click.option("--output-format", default="concise", type=click.Choice(("concise", "full", "json", "json-lines", "github", "sarif", "junit")))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_command(world_size, nnodes, gpu_memory, timeout, launches, output_format, command):
+def run_command(world_size, nnodes, gpu_memory, timeout, launches, until, output_format, command):
     try:
-        code = _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, list(command))
+        code = _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, list(command), until)
     except FsdplintError as e:
         click.echo(f"fsdplint: error: {e}", err=True)
         sys.exit(2)
@@ -73,7 +76,7 @@ def _launch_words(launch) -> list[str]:
     return launch_words(launch)
 
 
-def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, command) -> int:
+def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, command, until="step") -> int:
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -95,7 +98,7 @@ def _main(world_size, nnodes, gpu_memory, timeout, launches, output_format, comm
         ws = world_size or (job.nproc_per_node or 1) * nodes
         local = max(ws // nodes, 1) if (world_size or nnodes) else (job.nproc_per_node or ws)
         result = runner.run(job, world_size=ws, local_world_size=local, gpu_memory=memory, timeout=timeout,
-                            cwd=cwd)
+                            cwd=cwd, until=until)
         found = report.findings(result)
         all_findings.extend(found)
         # What each rank reached: with the findings on a terminal, or beside a machine-read report on stderr.

@@ -569,8 +569,21 @@ def _unmatched_collectives(result) -> list:
     from fsdplint.runtime.codes import make_finding
 
     done = [r for r in result.ranks if not r.data.get("exception") and not r.timed_out and r.data.get("holds")]
-    if len(done) < 2 or len({r.data.get("point") for r in done}) > 1:
+    if getattr(result, "until", "step") == "save":
+        # `--until save`: a rank that raised after entering a collective the rank that ran to the job's end
+        # never enters would hang there on the cluster, before its exception: compared too.
+        raised = [r for r in result.ranks if r.data.get("exception") and not r.timed_out and r.data.get("holds")]
+        if raised and any(r.data.get("point") in ("end", "exit") for r in done):
+            done = sorted(done + raised, key=lambda r: r.rank)
+    stop = {r.rank: "raised" if r.data.get("exception") else r.data.get("point") for r in done}
+    points = set(stop.values())
+    if len(done) < 2 or (len(points) > 1 and not _save_or_end(points)):
         return []
+    # `--until save`: a rank that ran to the job's end entered every collective it ever enters, so only
+    # what a rank stopped at its save entered beyond it is unmatched (the reverse may follow the save).
+    ended = {r.rank for r in done if stop[r.rank] in ("end", "exit")} if len(points) > 1 else set()
+    # Where each rank stopped (all the same but at `--until save`), as the message names it.
+    point_of = dict(stop) if len(points) > 1 else {r.rank: result.ranks[0].data.get("point") for r in done}
     logs = {r.rank: r.data["holds"].get("collectives") or [] for r in done}
     if any(len(log) >= 5000 for log in logs.values()):
         return []
@@ -578,6 +591,8 @@ def _unmatched_collectives(result) -> list:
     out = []
     ranks = sorted(logs)
     for rank in ranks:
+        if rank in ended:
+            continue
         others = [o for o in ranks if o != rank]
         for op in counts[rank]:
             extra = counts[rank][op] - min(counts[o][op] for o in others)
@@ -594,13 +609,16 @@ def _unmatched_collectives(result) -> list:
                         entry = c
                         break
             other = others[0]
+            ended_text = f", where rank {other} ran to the job's end" if other in ended else ""
             f = make_finding("FSDP401", (
                 f"rank {rank} enters {extra} more {op}() than rank {other} before "
-                f"{_point_text(result.ranks[0].data.get('point'))} ({counts[rank][op]} against {counts[other][op]}): "
+                f"{_point_text(point_of[rank])}{ended_text} ({counts[rank][op]} against {counts[other][op]}): "
                 f"on the cluster it waits in that collective for ranks that never enter it, and the job hangs "
                 f"until the NCCL timeout. Run the collective on every rank (only the write under the rank "
                 f"test). [rank {rank} of {result.world_size}]"))
             f.notes["ranks"] = str(rank)
+            if point_of[rank] == "raised":
+                f.notes["before_exception"] = "1"  # the cluster hangs here and never reaches what it raised
             frame = (entry or {}).get("frame")
             if frame:
                 f.filename, f.start, f.end = frame[0], Position(frame[1], 1), Position(frame[1], 1)
@@ -609,8 +627,13 @@ def _unmatched_collectives(result) -> list:
     return out
 
 
+def _save_or_end(points: set) -> bool:
+    return bool(points & {"save", "raised"}) and points <= {"save", "raised", "end", "exit"}
+
+
 def _point_text(point) -> str:
-    return {"step": "the first optimizer step", "forward": "the first training forward",
+    return {"step": "the first optimizer step", "forward": "the first training forward", "save": "its first save",
+            "raised": "what it raised after its first step",
             "end": "the end of the job", "exit": "the end of the job"}.get(point, "the stop point")
 
 

@@ -78,10 +78,22 @@ def findings(result: RunResult) -> list[Finding]:
         out.append(f)
     from fsdplint.run import ranks as rank_paths
 
-    for f in rank_paths.findings(result):  # what only a comparison of the ranks shows
+    extra = rank_paths.findings(result)  # what only a comparison of the ranks shows
+    if result.until == "save":
+        from fsdplint.run import saving
+
+        extra += saving.findings(result)  # what each rank's first save wrote
+    hung = {f.notes.get("ranks") for f in extra if f.notes.get("before_exception")}
+    if hung:  # a rank that hangs in a collective on the cluster never reaches the exception it raised here
+        out = [f for f in out if not _is_exception(f) or f.notes.get("ranks") not in hung]
+    for f in extra:
         f.filename = _display(f.filename) if not f.filename.startswith("<") else f.filename
         out.append(f)
     return out
+
+
+def _is_exception(f: Finding) -> bool:
+    return f.message.startswith("the job raises ")
 
 
 def raised_message(text: str, code: str) -> str:
@@ -119,7 +131,9 @@ def write_summary(result: RunResult, out: TextIO) -> None:
                "forward": "stopped at its first training forward (" + (
                    "under CUDA autocast" if d.get("autocast_stop") else "model on meta")
                    + ": forward and backward not run)",
-               "end": "ran to its end without an optimizer step (the checks ran on the model it left)",
+               "save": "reached its first save after the first optimizer step (what it wrote was judged)",
+               "end": ("ran to its end after its first optimizer step without saving" if "step" in reached else
+                       "ran to its end without an optimizer step (the checks ran on the model it left)"),
                "exit": "exited",
                "start": "did not reach a wrap"}.get(stop, stop)
         if d.get("exception"):

@@ -32,6 +32,7 @@ class RunResult:
     gpu_memory: int
     ranks: list[RankResult] = field(default_factory=list)
     seconds: float = 0.0
+    until: str = "step"
 
 
 def ranks_to_run(world_size: int) -> list[int]:
@@ -52,8 +53,8 @@ def rank_env(job: Job, rank: int, world_size: int, local_world_size: int) -> dic
 
 
 def run(job: Job, *, world_size: int, local_world_size: int, gpu_memory: int, timeout: float,
-        cwd: str) -> RunResult:
-    out = RunResult(job, world_size, local_world_size, gpu_memory)
+        cwd: str, until: str = "step") -> RunResult:
+    out = RunResult(job, world_size, local_world_size, gpu_memory, until=until)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fsdplint-run-") as tmp:
         procs = []
@@ -62,6 +63,9 @@ def run(job: Job, *, world_size: int, local_world_size: int, gpu_memory: int, ti
                     "gpu_memory": gpu_memory, "result": os.path.join(tmp, f"rank{rank}.json"), "kind": job.kind,
                     "entry": job.entry, "argv0": job.argv0, "args": job.args, "cwd": cwd, "user_root": cwd,
                     "audit": rank == 0}
+            if until == "save":
+                # What the job saves goes here, never where it asks; deleted with the rest of the run's files.
+                spec.update(until="save", writes=os.path.join(tmp, f"writes{rank}"))
             path = os.path.join(tmp, f"spec{rank}.json")
             with open(path, "w") as f:
                 json.dump(spec, f)

@@ -39,6 +39,10 @@ class Progress:
         self.first_forward_seen = False
         self.forward_stack: list = []  # traceback.FrameSummary of the first training forward
         self.autocast_stop = False  # stopped at the first forward because it runs under CUDA autocast
+        self.until = "step"  # `--until save`: the first step is checked, then the job runs on (see saving)
+        self.stepped = False
+        self.step_stack: list = []  # traceback.FrameSummary of the first optimizer step (`--until save`)
+        self.after_step = None  # callback() -> None, once the first step is checked (`--until save`)
 
     def reach(self, point: str) -> None:
         if point not in self.points:
@@ -83,6 +87,9 @@ def install() -> None:
     torch.optim.Optimizer.__init__ = recording_init
 
     def before_step(optimizer, args, kwargs):
+        if PROGRESS.until == "save":
+            _checked_step(optimizer)
+            return
         _stop("step", PROGRESS.wrapped_model(), optimizer)
 
     register_optimizer_step_pre_hook(before_step)
@@ -164,6 +171,23 @@ def note_wrap(module) -> None:
     PROGRESS.wrapped.append(weakref.ref(module))
     PROGRESS.reach("wrap")
     PROGRESS.armed = True
+
+
+def _checked_step(optimizer) -> None:
+    """`--until save`: the first step is checked as the stop would check it, then it runs, and so does
+    the rest of the job (later steps are not checked)."""
+    if PROGRESS.stepped:
+        return
+    import traceback
+
+    PROGRESS.stepped = True
+    PROGRESS.armed = False
+    PROGRESS.reach("step")
+    PROGRESS.step_stack = traceback.extract_stack()
+    if PROGRESS.on_stop is not None:
+        PROGRESS.on_stop("step", PROGRESS.wrapped_model(), optimizer)
+    if PROGRESS.after_step is not None:
+        PROGRESS.after_step()
 
 
 def _stop(point: str, model, optimizer) -> None:
