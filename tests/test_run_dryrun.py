@@ -141,6 +141,14 @@ def test_qlora_fsdp2_through_the_trainer_reports_the_4bit_base_as_the_live_model
     assert f"sft_trainer.py:{_line_of(workdir / 'sft_trainer.py', 'trainer.train()')}:1: FSDP201" in p.stdout
 
 
+def test_a_job_measuring_its_gpu_memory_reaches_the_step(workdir):
+    # torch.cuda's peak gauges and stats (reset_max_memory_allocated calls reset_peak_memory_stats through
+    # torch.cuda.memory's own names) answer as on a GPU the job has used nothing of.
+    p = _run(workdir, "--", "torchrun", "--nproc_per_node", "2", "fsdp2_memory_tracking.py", fmt="concise")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("reached the first optimizer step in") == 2, p.stdout
+
+
 def test_uncached_hub_tokenizer_and_dataset_get_stand_ins_and_the_report_says_so(workdir):
     # Only the model's config.json is in this hub cache (as after `hf download ID config.json`); the job
     # also asks the hub for its tokenizer, a prompt-completion dataset and flash-attention.

@@ -130,6 +130,20 @@ def test_a_barrier_only_rank_0_enters_is_a_hang_at_its_line(workdir, tmp_path):
     assert found[0]["location"]["row"] == _line_of(workdir / "fsdp2_barrier_on_rank0.py", "dist.barrier()")
 
 
+@pytest.mark.parametrize("every_rank", [False, True])
+def test_a_full_tensor_only_rank_0_calls_is_a_hang_at_its_line(workdir, every_rank):
+    # DTensor's full_tensor() all-gathers through torch's functional collectives, not c10d's Python API:
+    # rank 0 alone gathering an FSDP2 parameter waits for ranks that never enter that all-gather.
+    extra = {"EVERY_RANK": "1"} if every_rank else {}
+    p, found = _run(workdir, "--", "torchrun", "--nproc_per_node", "2", "fsdp2_full_tensor_on_rank0.py", **extra)
+    if every_rank:
+        assert p.returncode == 0 and found == [], found
+        return
+    assert [f["code"] for f in found] == ["FSDP401"], found
+    assert "rank 0 enters 1 more _c10d_functional.all_gather_into_tensor() than rank 1" in found[0]["message"]
+    assert found[0]["location"]["row"] == _line_of(workdir / "fsdp2_full_tensor_on_rank0.py", "embed.full_tensor()")
+
+
 def test_trainer_under_cpu_ram_efficient_fsdp1_runs_clean_on_every_rank(workdir):
     # SFTTrainer + accelerate's FSDP1 prepare with fsdp_cpu_ram_efficient_loading: the non-zero rank's model
     # comes from transformers' own loader and keeps the path the job named (trl reads it back).

@@ -171,7 +171,7 @@ def test_without_evaluate_installed_nothing_is_patched_and_the_job_import_fails_
 
 
 def test_evaluate_load_of_an_uncached_hub_metric_gets_the_standin(monkeypatch, tmp_path):
-    evaluate = pytest.importorskip("evaluate")
+    import evaluate  # the dev extra installs it
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(evaluate, "load", evaluate.load)  # restored after the test

@@ -47,6 +47,9 @@ HUB_CONFIGS = {
     "mistral_7b": dict(model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096,
                        intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                        vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, dtype="bfloat16"),
+    "bert_base_cased": dict(model_type="bert", architectures=["BertForMaskedLM"], hidden_size=768,
+                            intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                            vocab_size=28996, max_position_embeddings=512, type_vocab_size=2),
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 NOTES: list[str] = []
 # One entry per from_pretrained call: what the real load would build (for the memory table).
 REAL: list[dict] = []
+META_BUILT: list[str] = []  # classes built as the real-size meta model (no twin fits their config)
 WORLD = {"size": 1}
 
 
@@ -91,6 +92,7 @@ def build(cls, name, original, *args, **kwargs):
             _quantize(model, bnb, dtype)
         for p in model.parameters():  # the wraps and the stop point tell it from a job's own meta model
             p._fsdplint_meta_model = True
+        META_BUILT.append(cls.__name__)
         NOTES.append(f"{type(model).__name__} built from {name}'s config.json on meta (no weights){bits}; no "
                      f"shrunk twin ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}), so the "
                      f"run stops at the first training forward")

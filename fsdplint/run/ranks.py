@@ -395,30 +395,81 @@ def _wrap_records() -> None:
 _COLLECTIVES = ("broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base",
                 "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "barrier", "gather", "scatter",
                 "all_to_all", "all_to_all_single", "broadcast_object_list", "all_gather_object", "gather_object",
-                "scatter_object_list", "monitored_barrier")
+                "scatter_object_list", "monitored_barrier",
+                # torch >= 2.13: FSDP2's own all-gather and reduce-scatter of each group's shards.
+                "all_gather_single", "reduce_scatter_single")
+
+# torch's functional collectives (`torch.distributed._functional_collectives`): what DTensor's
+# `full_tensor()` / `redistribute()` and tensor parallelism issue. Each Python entry point, by the
+# `_c10d_functional` op it issues, so the two ranks' logs compare whichever entry point a caller used
+# (a wrapper calling another is logged once, as the outer call).
+_FUNCTIONAL = {
+    "broadcast": "broadcast", "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce_coalesced",
+    "all_gather_single": "all_gather_into_tensor", "all_gather_single_autograd": "all_gather_into_tensor",
+    "all_gather_tensor": "all_gather_into_tensor", "all_gather_tensor_autograd": "all_gather_into_tensor",
+    "all_gather_single_coalesced": "all_gather_into_tensor_coalesced",
+    "all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_single": "reduce_scatter_tensor", "reduce_scatter_single_autograd": "reduce_scatter_tensor",
+    "reduce_scatter_tensor": "reduce_scatter_tensor", "reduce_scatter_tensor_autograd": "reduce_scatter_tensor",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "all_to_all_single": "all_to_all_single", "all_to_all_single_autograd": "all_to_all_single",
+    "permute_tensor": "all_to_all_single",
+}
 
 
 def _collectives() -> None:
-    """Each collective the job enters (torch.distributed's Python API), in order: what the parent
-    compares between ranks. A broadcast this rank receives fills its marker, as the cluster's would;
-    what a sending rank sends is recorded as holding values or not."""
+    """Each collective the job enters (torch.distributed's Python API and its functional collectives),
+    in order: what the parent compares between ranks. A broadcast this rank receives fills its marker,
+    as the cluster's would; what a sending rank sends is recorded as holding values or not."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    replaced = {}
     for name in _COLLECTIVES:
         fn = getattr(c10d, name, None)
         if fn is None or getattr(fn, "_fsdplint_logged", False):
             continue
         logged = _logged(name, fn)
+        replaced[id(fn)] = (fn, logged)
         setattr(c10d, name, logged)
         if getattr(dist, name, None) is fn:
             setattr(dist, name, logged)
+    try:
+        import torch.distributed._functional_collectives as funcol
+    except ImportError:  # a torch without them: nothing issues them
+        funcol = None
+    for name, op in (_FUNCTIONAL.items() if funcol is not None else ()):
+        fn = getattr(funcol, name, None)
+        if fn is None or getattr(fn, "_fsdplint_logged", False):
+            continue
+        logged = _logged("_c10d_functional." + op, fn)
+        replaced[id(fn)] = (fn, logged)
+        setattr(funcol, name, logged)
+    _rebind(replaced)
+
+
+def _rebind(replaced: dict) -> None:
+    """torch modules imported before the run (the dry run imports the stack first) that bound a
+    collective by name (`from torch.distributed.distributed_c10d import broadcast`, as DTensor's
+    `_collective_utils` does) call the logged one too: on the cluster they enter the same collective."""
+    import sys
+
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith("torch.distributed"):
+            continue
+        for attr, value in list(vars(mod).items()):
+            hit = replaced.get(id(value))
+            if hit is not None and hit[0] is value:
+                setattr(mod, attr, hit[1])
 
 
 def _logged(name: str, fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if _STATE.get("inside"):  # a collective another one runs (broadcast_object_list's broadcasts)
+        # A collective another one runs (broadcast_object_list's broadcasts, a functional wrapper's
+        # inner call), or one the dry run's own checks issue after the stop: not the job's.
+        if _STATE.get("inside") or not _STATE["job"]:
             return fn(*args, **kwargs)
         _STATE["inside"] = True
         try:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 
 GIB = 1024 ** 3
@@ -80,12 +81,25 @@ def _cuda(torch, count: int, local_rank: int, memory: int) -> None:
         "max_memory_allocated": lambda d=None: 0,
         "memory_reserved": lambda d=None: 0,
         "reset_peak_memory_stats": lambda d=None: None,
+        "reset_max_memory_allocated": lambda d=None: None,
+        "reset_max_memory_cached": lambda d=None: None,
+        "reset_accumulated_memory_stats": lambda d=None: None,
+        "max_memory_reserved": lambda d=None: 0,
+        "max_memory_cached": lambda d=None: 0,
+        "memory_cached": lambda d=None: 0,
+        "memory_stats": lambda d=None: collections.defaultdict(int),
+        "memory_summary": lambda *a, **k: "",
         "manual_seed": lambda s: None,
         "manual_seed_all": lambda s: None,
         "is_initialized": lambda: True,
     }
+    # torch.cuda.memory's functions call one another through that module's names
+    # (`reset_max_memory_allocated` -> `reset_peak_memory_stats`): both namespaces answer.
+    memory = getattr(cuda, "memory", None)
     for name, fn in answers.items():
         setattr(cuda, name, fn)
+        if memory is not None and hasattr(memory, name):
+            setattr(memory, name, fn)
     # torch's device-generic API (accelerate's FSDP1 prepare asks it for the device).
     acc = getattr(torch, "accelerator", None)
     if acc is not None:

@@ -106,7 +106,17 @@ def _accelerate_broadcast() -> None:
 
     @functools.wraps(load)
     def skipped(accelerator, model, full_sd, *args, **kwargs):
-        if any(getattr(t, "is_meta", False) for t in (full_sd or {}).values()):
+        from fsdplint.run import models
+
+        # Only the main process reads `full_sd` (the others receive rank 0's tensors), so only there do
+        # its tensors say whether there is anything to send; another rank skips exactly when rank 0
+        # does: when this run could build no twin (the same config on every rank), not when its own
+        # unread copy holds meta tensors.
+        if getattr(accelerator, "is_main_process", True):
+            nothing_to_send = any(getattr(t, "is_meta", False) for t in (full_sd or {}).values())
+        else:
+            nothing_to_send = bool(models.META_BUILT)
+        if nothing_to_send:
             # The real-size meta model (no twin): there are no values to load.
             sentinel.PROGRESS.notes.add("fsdp_cpu_ram_efficient_loading: rank 0's broadcast of the full state "
                                         "dict was skipped (no weights in the dry run)")
