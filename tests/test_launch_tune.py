@@ -134,7 +134,7 @@ def test_tune_without_run_binds_as_it_did_before_tune_run(tmp_path, monkeypatch)
 def test_tune_subcommands_are_not_launches(tmp_path, monkeypatch):
     root = _legacy_tree(tmp_path)
     monkeypatch.chdir(root)
-    for cmd in ("tune ls", "tune download meta-llama/Llama-2-7b-hf --output-dir /tmp/llama",
+    for cmd in ("tune ls", "tune download meta-llama/Llama-2-7b-hf --output-dir ./llama",
                 "tune cp llama2/7B_lora custom.yaml", "tune validate --config custom.yaml"):
         assert launches_from_command(cmd) == [], cmd
 
