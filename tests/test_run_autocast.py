@@ -205,3 +205,61 @@ def test_bitsandbytes_4bit_linear_computes_in_its_compute_dtype_as_on_a_gpu():
             y = lin(x)
         y.sum().backward()
         assert seen == [compute] and y.dtype == FP32 and x.grad.dtype == FP32
+
+
+@pytest.mark.parametrize("dropout", ["F.dropout", "nn.Dropout", "torch.dropout"])
+def test_non_reentrant_recomputation_accepts_dropout_over_another_input_dtype(dropout, monkeypatch):
+    # On a GPU, dropout is the fused kernel and saves a bool mask, so the recomputation's saved tensors
+    # match the forward's; the CPU composite saves its noise in the input's dtype and would not.
+    import torch.utils.checkpoint as cp
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    from torch.autograd.function import BackwardCFunction
+
+    for name in ("apply", "apply_boxed"):
+        monkeypatch.setattr(BackwardCFunction, name, getattr(BackwardCFunction, name))
+    monkeypatch.setattr(torch._C._autograd, "_push_saved_tensors_default_hooks",
+                        torch._C._autograd._push_saved_tensors_default_hooks)
+    drop = {"F.dropout": lambda t: F.dropout(t, 0.1, training=True),
+            "nn.Dropout": torch.nn.Dropout(0.1).train(),
+            "torch.dropout": lambda t: torch.dropout(t, 0.1, True)}[dropout]
+    # A LoRA layer under FSDP1 mixed precision with `use_orig_params=False`: its weight is the float32
+    # parameter until the unit's first forward, then the bfloat16 unsharded view, so the recomputation
+    # casts its input (`x.to(lora_A.weight.dtype)`) to another dtype than the forward did.
+    layer = torch.nn.Module()
+    layer.weight, layer.calls = torch.nn.Parameter(torch.randn(4, 4)), 0
+
+    def block(t):
+        w = layer.weight if layer.calls == 0 else layer.weight.to(BF16)
+        layer.calls += 1
+        return F.softmax(F.linear(drop(t.to(w.dtype)), w), -1)
+
+    prev = cp.DefaultDeviceType._default_device_type
+    cp.DefaultDeviceType.set_device_type("cuda")
+    try:
+        with autocast.mode() as m:
+            autocast._in_backward(m)
+            with region(BF16):
+                out = cp.checkpoint(block, r(2, 4, grad=True), use_reentrant=False)
+            out.sum().backward()  # raised "Recomputed values ... have different metadata" on the CPU graph
+        assert layer.calls == 2 and layer.weight.grad is not None
+    finally:
+        cp.DefaultDeviceType._default_device_type = prev
+
+
+def test_dropout_keeps_its_semantics_where_cuda_keeps_the_composite():
+    x = r(64, 64)
+    with cuda_autocast(BF16):
+        assert torch.equal(F.dropout(x, 0.5, training=False), x)  # eval: identity
+        assert torch.equal(F.dropout(x, 0.0, training=True), x)
+        assert torch.count_nonzero(F.dropout(x, 1.0, training=True)) == 0
+        y = F.dropout(x, 0.5, training=True)
+        kept = y != 0
+        assert torch.allclose(y[kept], x[kept] * 2)  # kept elements scaled by 1 / (1 - p)
+        assert 0.3 < kept.float().mean() < 0.7
+        z = x.clone()
+        F.dropout(z, 0.5, training=True, inplace=True)
+        assert (z == 0).any()
+        with pytest.raises(ValueError):
+            F.dropout(x, 1.5)

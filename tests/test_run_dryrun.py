@@ -224,6 +224,18 @@ def test_trainer_bf16_qlora_with_gradient_checkpointing_reaches_the_step(workdir
     assert "checkpointing" in p.stdout  # the memory table of the real config counts it
 
 
+def test_trainer_lora_dropout_non_reentrant_checkpointing_under_fsdp1_bf16_reaches_the_step(workdir):
+    # peft's examples/sft settings: float32 model, LoRA with dropout, `use_reentrant: False`, FSDP1 with
+    # `mixed_precision: bf16` and flat parameters. The recomputation's LoRA inputs are bfloat16 where the
+    # forward's were float32 (the adapters' weight dtype before and after the unit's first unshard); a
+    # GPU's fused dropout saves a bool mask either way, so torch.utils.checkpoint accepts it there.
+    pytest.importorskip("trl")
+    p = _run(workdir, "--", "accelerate", "launch", "--config_file", "accelerate_fsdp1_bf16_flat.yaml",
+             "trainer_lora_dropout_checkpointing.py", "tiny", fmt="concise")
+    _reached_step_clean(p)
+    assert "recomputation did not get its forward's dtypes" not in p.stdout, p.stdout
+
+
 def test_backward_error_under_cuda_autocast_is_fsdp105_at_the_backward_line(workdir):
     p = _run(workdir, "--", "torchrun", "--nproc_per_node", "4", "autocast_reentrant_frozen.py")
     assert p.returncode == 1, p.stdout + p.stderr

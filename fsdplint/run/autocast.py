@@ -15,6 +15,9 @@ torch.utils.checkpoint records the "cuda" autocast state at the forward (with no
 its device type is the node's accelerator, "cuda" on the fake node) and re-enters it for the
 recomputation, where the mode applies the same casts.
 
+The same mode gives `dropout` CUDA's fused kernel (see `_dropout_as_on_cuda`): what it saves for
+backward is what a GPU saves, which checkpointing compares at the recomputation.
+
 What a torch-function mode cannot see is the inside of a torch function: a C++ composite (cross
 entropy = log_softmax + nll_loss) is seen whole, which is why the policy is keyed on the names
 torch's autocast reference documents at the Python level (`cross_entropy`, `__rdiv__`, ...), and a
@@ -146,6 +149,8 @@ def mode(on_unemulated=None, on_first_use=None):
     class CudaAutocastOnCpu(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func is torch.nn.functional.dropout or func is torch.dropout:
+                return _dropout_as_on_cuda(torch, func, args, kwargs)
             if not torch.is_autocast_enabled("cuda"):
                 return func(*args, **kwargs)
             name = _name(func)
@@ -192,6 +197,32 @@ def _apply(torch, func, name, dtype, args, kwargs, on_unemulated):
         on_unemulated(f"{getattr(func, '__module__', 'torch')}.{name} is a Python composite of ops CUDA "
                       f"autocast casts, which the CPU emulation cannot reach inside")
     return func(*args, **kwargs)
+
+
+def _dropout_as_on_cuda(torch, func, args, kwargs):
+    """Dropout as a CUDA tensor gets it: the fused kernel, which saves a bool mask for backward.
+
+    On the CPU, torch's `dropout` is the composite `input * noise`, and the noise it saves has the
+    input's dtype. Where a checkpointed region's input dtype differs between the forward and its
+    recomputation while the saved values agree, the CPU graph then saves a tensor of another dtype and
+    torch.utils.checkpoint refuses the recomputation, which the GPU accepts. peft's LoRA layers do this
+    under FSDP1 with mixed precision and `use_orig_params=False`: `lora_dropout(x.to(lora_A.weight.dtype))`
+    sees float32 weights before the unit's first unshard and the low-precision ones when it recomputes.
+    torch chooses the fused kernel for `0 < p < 1` in training on a non-empty CUDA tensor; the in-place
+    form has no fused kernel on any device and keeps the composite."""
+    if func is torch.dropout:
+        names, defaults = ("input", "p", "train"), (None, 0.5, True)
+    else:
+        names, defaults = ("input", "p", "training", "inplace"), (None, 0.5, True, False)
+    bound = dict(zip(names, defaults))
+    bound.update(zip(names, args))
+    bound.update(kwargs)
+    x, p, train = bound["input"], bound["p"], bound[names[2]]
+    fused = (train and not bound.get("inplace", False) and isinstance(x, torch.Tensor) and 0 < p < 1
+             and x.numel() > 0 and not x.is_nested)
+    if not fused:
+        return func(*args, **kwargs)
+    return torch.native_dropout(x, p, True)[0]
 
 
 def _name(func):
