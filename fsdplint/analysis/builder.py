@@ -377,10 +377,11 @@ class Builder(Classes, Linking):
         q = call.qualname or ""
         # trl's effects are keyed by the public name (`trl.SFTTrainer`, `trl.<Class>.from_pretrained`), whatever
         # module the script imports it from.
-        effects = CALL_EFFECTS.get(call.api or "", ()) + ((
-            CALL_EFFECTS.get("trl." + q.rsplit(".", 1)[-1], ())
-            + CALL_EFFECTS.get("trl." + ".".join(q.rsplit(".", 2)[-2:]), ()) if q.count(".") >= 2 else ())
-            if q.startswith("trl.") else ())
+        effects = CALL_EFFECTS.get(call.api or "", ())
+        if q.startswith("trl."):
+            effects += CALL_EFFECTS.get("trl." + q.rsplit(".", 1)[-1], ())
+            if q.count(".") >= 2:
+                effects += CALL_EFFECTS.get("trl." + ".".join(q.rsplit(".", 2)[-2:]), ())
         targets = self.result_targets(call)
         if not effects:
             return []
