@@ -70,7 +70,8 @@ class Fsdp1MixedRequiresGrad(Rule):
     (transformers >= 4.39). A value that decides it but cannot be read makes the finding a warning that
     says what to declare (`fsdplint/analysis/framework.py`); so does a transformers release nobody declares
     (no pin, lock or install), since the job may run one on either side of 4.36 / 4.39 — unless a known
-    library bounds it (trl >= 0.11 requires transformers >= 4.40).
+    library bounds it (trl >= 0.11 requires transformers >= 4.40). The Trainer's `fsdp_config={"xla": true}`
+    (torch_xla's FSDP on TPU) is not torch FSDP1 and is not judged.
     Without PEFT, finds a model class of the script whose `__init__` freezes one of its own submodules
     (`self.k.requires_grad_(False)`, or a loop over `self.k.parameters()`) next to trainable ones, wrapped
     with no policy or a block policy that does not give the frozen submodule a unit of its own.
@@ -197,6 +198,19 @@ class Fsdp1MixedRequiresGrad(Rule):
             """,
             target={"transformers": "4.39.0", "torch": "2.2"},
             options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        # fsdp_config={"xla": True}: torch_xla's FSDP on TPU, not torch FSDP1 (accelerate's finetune_lm_tpu.py).
+        Valid(
+            """
+            from peft import LoraConfig, get_peft_model
+            from transformers import Trainer, TrainingArguments
+            args = TrainingArguments(output_dir="out", fsdp="full_shard",
+                                     fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"], "xla": True,
+                                                  "xla_fsdp_v2": True})
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.35.2", "torch": "2.2"},
         ),
         # trl 0.11 requires transformers >= 4.40: a job that declares trl but not transformers runs the swap.
         Valid(

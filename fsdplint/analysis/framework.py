@@ -145,10 +145,18 @@ def framework_wraps(a, ctx) -> list[FrameworkWrap]:
                     fw = _composer_plan(a, ctx, t, ev)
                     if fw is not None:
                         out.append(fw)
-                elif on:
+                elif on and not _xla(launch):
                     out.append(_plan(a, ctx, launch, t, ev))
     out.sort(key=lambda w: (id(w.timeline), w.event.seq))
     return out
+
+
+def _xla(launch) -> bool:
+    """`fsdp_config={"xla": True}`: the Trainer wraps with torch_xla's FSDP (or its SPMD FSDPv2 with
+    `xla_fsdp_v2`), whose units, flattening and defaults are not torch FSDP1's (transformers trainer.py
+    `if self.is_fsdp_xla_enabled:` ... `XlaFullyShardedDataParallel`); its plan is not judged as FSDP1's."""
+    s = launch.get("xla")
+    return s is not None and s.value is not UNKNOWN and _truthy(s.value) is True
 
 
 def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
