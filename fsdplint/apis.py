@@ -199,8 +199,14 @@ QUALIFIED: dict[str, tuple[str, ...]] = {
 OPTIMIZER_PREFIXES = ("torch.optim.", "bitsandbytes.optim.", "transformers.optimization.", "torchao.optim.")
 OPTIMIZER_EXCLUDE = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 
-# Modules whose `X.from_pretrained` / `X.from_config` load a model.
-MODEL_LOADER_PREFIXES = ("transformers.", "peft.AutoPeftModel")
+# Modules whose `X.from_pretrained` / `X.from_config` load a model. trl's value-head wrappers (PPO) pass their
+# keywords on to the transformers class they wrap (`load_in_8bit=`, `device_map=`, `quantization_config=`):
+# trl v0.4.2 to v1.9.0 PreTrainedModelWrapper.from_pretrained (`cls.transformers_parent_class.from_pretrained(...,
+# **pretrained_kwargs)`), exported as trl.X up to v0.28.0 and from trl.experimental.ppo since v0.24.0.
+VALUE_HEAD_LOADERS = ("AutoModelForCausalLMWithValueHead", "AutoModelForSeq2SeqLMWithValueHead")
+MODEL_LOADER_PREFIXES = ("transformers.", "peft.AutoPeftModel") + tuple(
+    f"{m}.{c}" for m in ("trl", "trl.models", "trl.models.modeling_value_head", "trl.experimental.ppo",
+                         "trl.experimental.ppo.modeling_value_head") for c in VALUE_HEAD_LOADERS)
 MODEL_LOADER_METHODS = ("from_pretrained", "from_config")
 
 # Names that the analysis and the pre-filter look for; a file mentioning none is skipped.
@@ -341,6 +347,12 @@ CALL_EFFECTS: dict[str, tuple[tuple[str, str, tuple, str], ...]] = {
     # trl's trainers given peft_config build the PEFT model themselves (get_peft_model in __init__).
     **{f"trl.{name}": (("lora", "result.model", ("given", "peft_config"), "trl_trainer_injects_lora"),)
        for name in ("SFTTrainer", "GRPOTrainer", "KTOTrainer", "RewardTrainer")},
+    # trl's value-head `from_pretrained(..., peft_config=)` prepares a 4-/8-bit load for k-bit training and
+    # injects LoRA into the model it loads (the value head sits outside the PEFT model).
+    **{f"trl.{name}.from_pretrained": (
+        ("kbit_prep", "result", ("all", ("given", "peft_config"), ("loads_quantized",)), "trl_value_head_prepares_kbit"),
+        ("lora", "result", ("given", "peft_config"), "trl_value_head_injects_lora"),
+    ) for name in VALUE_HEAD_LOADERS},
     # DPOTrainer also runs prepare_model_for_kbit_training first on a 4-/8-bit model (up to trl 0.28).
     "trl.DPOTrainer": (
         ("kbit_prep", "result.model", ("all", ("given", "peft_config"), ("quantized", "model")), "trl_dpo_prepares_kbit"),

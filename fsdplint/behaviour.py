@@ -241,6 +241,26 @@ BEHAVIOURS: dict[str, Behaviour] = {b.key: b for b in (
                    "some models, so no adapter dtype is claimed here",
     ),
     Behaviour(
+        "trl_value_head_injects_lora", "trl",
+        "trl's value-head models (AutoModelForCausalLMWithValueHead / AutoModelForSeq2SeqLMWithValueHead) given "
+        "`peft_config=` in from_pretrained call get_peft_model on the model they load: the wrapped model is "
+        "the PEFT model, with frozen base weights and trainable LoRA weights.",
+        since=None,  # from trl 0.4.2 (0.4.1 has none), older than any release fsdplint covers
+        read="trl v0.4.1 models/modeling_base.py (no get_peft_model), v0.4.2, v0.8.0, v0.20.0, v0.26.2 (same file) "
+             "and v0.27.0, v0.29.0, v1.0.0, v1.9.0 experimental/ppo/modeling_value_head.py (`pretrained_model = "
+             "get_peft_model(pretrained_model, peft_config)`)",
+    ),
+    Behaviour(
+        "trl_value_head_prepares_kbit", "trl",
+        "trl's value-head from_pretrained given `peft_config=` and a 4-/8-bit load runs peft's "
+        "prepare_model_for_int8_training (later prepare_model_for_kbit_training) before get_peft_model: "
+        "input gradients are enabled for checkpointing and the non-quantized parameters upcast to float32.",
+        since=None,  # from trl 0.4.2 (0.4.1 has none), older than any release fsdplint covers
+        read="trl v0.4.1 models/modeling_base.py (absent), v0.4.2 (`prepare_model_for_int8_training(pretrained_model, "
+             "**peft_quantization_kwargs)`), v0.8.0, v0.26.2 and v0.27.0, v0.29.0, v1.9.0 "
+             "experimental/ppo/modeling_value_head.py (`prepare_model_for_kbit_training`)",
+    ),
+    Behaviour(
         "from_pretrained_legacy_kbit", "transformers",
         "from_pretrained(..., load_in_4bit=True) / load_in_8bit=True (without quantization_config) builds "
         "BitsAndBytesConfig.from_dict({load_in_4bit, load_in_8bit}) plus any bnb_4bit_* keyword passed along: "

@@ -449,6 +449,42 @@ def resolve(
                          f"unknown: {why}; assumed the oldest version fsdplint covers", "unknown")
 
 
+# --- what a known library requires of another -------------------------------------------------
+# A library's own requirement bounds another the project leaves undeclared: a job that runs trl 0.11 runs
+# transformers >= 4.40, whatever it declares. (requirer, from its release, package, lowest release required),
+# highest first; each row read at the release and the one before it (setup.py `REQUIRED_PKGS`):
+# trl v0.10.1 "transformers>=4.31.0", v0.11.0 "transformers>=4.40.0", v0.11.4 "transformers>=4.40.0",
+# v0.12.0 "transformers>=4.46.0"; v0.8.0 to v0.10.1 "transformers>=4.31.0". peft (v0.10.0 to v0.15.0 read)
+# and accelerate require no transformers.
+REQUIRES: tuple[tuple[str, str, str, str], ...] = (
+    ("trl", "0.12.0", "transformers", "4.46.0"),
+    ("trl", "0.11.0", "transformers", "4.40.0"),
+    ("trl", "0.8.0", "transformers", "4.31.0"),
+)
+
+
+def admitted_floor(package: str, version_of=None) -> Optional[tuple[Version, str]]:
+    """The lowest release of `package` a job may run when it declares none: the highest requirement a known
+    version of another library puts on it, with that library's version named ("trl 0.11.0 (requirements.txt:
+    trl>=0.11)"); None when nothing known bounds it (any release)."""
+    if version_of is None:
+        return None
+    best: Optional[tuple[Version, str]] = None
+    seen: set = set()
+    for requirer, since, pkg, needed in REQUIRES:
+        if pkg != package or requirer in seen:
+            continue
+        tv = version_of(requirer)
+        if tv is None or not tv.known:
+            continue
+        if tv.version >= Version(since):
+            seen.add(requirer)
+            v = Version(needed)
+            if best is None or v > best[0]:
+                best = v, f"{requirer} {tv.version} ({tv.source})"
+    return best
+
+
 # --- what the code proves ------------------------------------------------------------------
 # Imports that only succeed from some release: a module that does them unguarded (no try/except
 # ImportError, no version check around them) already needs that release to import at all.

@@ -68,7 +68,10 @@ class Fsdp1MixedRequiresGrad(Rule):
     own `use_orig_params` default when the plan leaves it out (accelerate: False; the Trainer: False before
     transformers 4.36, True from it) and the Trainer's switch to peft's policy for a PEFT model
     (transformers >= 4.39). A value that decides it but cannot be read makes the finding a warning that
-    says what to declare (`fsdplint/analysis/framework.py`).
+    says what to declare (`fsdplint/analysis/framework.py`); so does a transformers release nobody declares
+    (no pin, lock or install), since the job may run one on either side of 4.36 / 4.39 — unless a known
+    library bounds it (trl >= 0.11 requires transformers >= 4.40). The Trainer's `fsdp_config={"xla": true}`
+    (torch_xla's FSDP on TPU) is not torch FSDP1 and is not judged.
     Without PEFT, finds a model class of the script whose `__init__` freezes one of its own submodules
     (`self.k.requires_grad_(False)`, or a loop over `self.k.parameters()`) next to trainable ones, wrapped
     with no policy or a block policy that does not give the frozen submodule a unit of its own.
@@ -98,7 +101,9 @@ class Fsdp1MixedRequiresGrad(Rule):
 
     ## Versions
     torch 2.0: no escape (pytorch#100945); torch >= 2.1 allows mixing with `use_orig_params=True`
-    (pytorch#98221).
+    (pytorch#98221). The Trainer: `use_orig_params` True by default from transformers 4.36.0 (4.35.2:
+    False); peft's policy for a PEFT model from 4.39.0 (4.38.2: the config's policy). Declare
+    `transformers>=4.39` (or the release the job runs) to decide a framework wrap.
 
     ## References
     - pytorch#100945, pytorch#98221, pytorch#104690
@@ -183,7 +188,7 @@ class Fsdp1MixedRequiresGrad(Rule):
         ),
     ]
     VALID += [
-        # The Trainer swaps in peft's policy for PEFT models (transformers update_fsdp_plugin_peft).
+        # The Trainer swaps in peft's policy for PEFT models (transformers update_fsdp_plugin_peft, from 4.39).
         Valid(
             """
             from peft import get_peft_model
@@ -191,6 +196,30 @@ class Fsdp1MixedRequiresGrad(Rule):
             model = get_peft_model(model, lora_config)
             Trainer(model=model, args=args).train()
             """,
+            target={"transformers": "4.39.0", "torch": "2.2"},
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        # fsdp_config={"xla": True}: torch_xla's FSDP on TPU, not torch FSDP1 (accelerate's finetune_lm_tpu.py).
+        Valid(
+            """
+            from peft import LoraConfig, get_peft_model
+            from transformers import Trainer, TrainingArguments
+            args = TrainingArguments(output_dir="out", fsdp="full_shard",
+                                     fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"], "xla": True,
+                                                  "xla_fsdp_v2": True})
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+            Trainer(model=model, args=args).train()
+            """,
+            target={"transformers": "4.35.2", "torch": "2.2"},
+        ),
+        # trl 0.11 requires transformers >= 4.40: a job that declares trl but not transformers runs the swap.
+        Valid(
+            """
+            from peft import LoraConfig
+            from trl import SFTTrainer
+            SFTTrainer(model=model, args=training_args, peft_config=LoraConfig(r=8)).train()
+            """,
+            target={"trl": "0.11.0", "torch": "2.2"},
             options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
         ),
         Valid(
@@ -257,6 +286,18 @@ class Fsdp1MixedRequiresGrad(Rule):
             """,
             target={"transformers": "4.38.2", "torch": "2.6"},
             options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+        ),
+        # Nothing declares transformers: it swaps in peft's policy from 4.39 only, so a warning that names it.
+        Invalid(
+            """
+            from peft import get_peft_model
+            from transformers import Trainer
+            model = get_peft_model(model, lora_config)
+            Trainer(model=model, args=args).train()
+            """,
+            target={"torch": "2.6"},
+            options={"accelerate_config": _ACCELERATE_FSDP1.format(orig="false")},
+            severity="warning",
         ),
         Invalid(
             """

@@ -33,7 +33,8 @@ class MixedDtypeUnit(Rule):
     releases before pytorch#154103. A framework's FSDP1 wrap counts with the job's plan
     (`fsdplint/analysis/framework.py`): `accelerator.prepare` under a named accelerate policy, the Trainer's
     `train()` before transformers 4.39 (from 4.39 it gives a PEFT model peft's policy, whose LoRA units are
-    separate).
+    separate). With no transformers release declared, pinned or installed the job may run either side of
+    4.39: a warning that says to declare it.
 
     ## Why is this bad?
     peft's `get_peft_model(autocast_adapter_dtype=True)` keeps LoRA weights in float32 next to a bfloat16
@@ -273,6 +274,22 @@ class MixedDtypeUnit(Rule):
             """,
             target={"transformers": "4.38.2", "torch": "2.4", "peft": "0.13.0"},
             line=7,
+        ),
+        # The same with no transformers declared: a warning (the swap to peft's policy needs 4.39).
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, Trainer
+            from peft import LoraConfig, get_peft_model
+            model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16)
+            model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))
+            Trainer(model=model, args=training_args).train()
+            """,
+            target={"torch": "2.4", "peft": "0.13.0"},
+            options={"accelerate_config": "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                          "  fsdp_version: 1\n"},
+            line=5,
+            severity="warning",
         ),
     ]
     VALID += [

@@ -288,6 +288,8 @@ class ReentrantCheckpointingFrozenBase(Rule):
         a = ctx.analysis
         if not a.uses_peft or a.calls("prepare_model_for_kbit_training"):
             return
+        if any(e.data.get("implicit") for e in a.events("kbit_prep")):
+            return  # a library call runs prepare_model_for_kbit_training (trl's value head, DPOTrainer): input grads on
         if ctx.version("transformers") >= NON_REENTRANT_DEFAULT_SINCE:
             return  # v5 checkpoints non-reentrantly by default and enables input grads for text models itself
         if a.method_calls("enable_input_require_grads", "prepare_model_for_gradient_checkpointing") or _input_grad_hook(a):

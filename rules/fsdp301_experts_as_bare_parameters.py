@@ -188,6 +188,49 @@ class ExpertsAsBareParameters(Rule):
             options=IN_FSDP_JOB,
             line=8,
         ),
+        # A class local to a function is seen by the functions nested in it: the script body wrapped in a
+        # function whose own `main()` builds the config.
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            from peft import LoraConfig, get_peft_model
+
+            def run():
+                class MoEExperts(nn.Module):
+                    def __init__(self, n, d, f):
+                        super().__init__()
+                        self.w1 = nn.Parameter(torch.empty(n, f, d))
+
+                def main():
+                    config = LoraConfig(r=8, target_modules=["q_proj", "w1"])
+                    return get_peft_model(model, config)
+
+                main()
+            """,
+            options=IN_FSDP_JOB,
+            line=9,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            from peft import LoraConfig
+
+            def build_model(num_experts):
+                class Experts(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.experts = nn.ParameterList([nn.Parameter(torch.empty(64, 64)) for _ in range(num_experts)])
+
+                def lora_config():
+                    return LoraConfig(target_modules=["up_proj", "down_proj"])
+
+                return Experts(), lora_config()
+            """,
+            options=IN_FSDP_JOB,
+            line=9,
+        ),
     ]
 
     def check(self, ctx) -> None:
@@ -223,7 +266,7 @@ class ExpertsAsBareParameters(Rule):
             for lc, targets, reached in configs:
                 if attr in reached:
                     continue
-                if klass in local and lc.scope is not local[klass]:
+                if klass in local and not _sees(local[klass], lc.scope):
                     continue  # a class defined in another function (another test): this config never sees it
                 if not (targets & _MLP_NAMES or attr in targets or any(t in attr for t in targets if len(t) > 2)):
                     continue
@@ -335,6 +378,30 @@ def _function_local_classes(a) -> dict:
             for cls in classes(scope.node.body.body):
                 out.setdefault(cls.name.value, scope)
     return out
+
+
+def _sees(defining, scope) -> bool:
+    """Whether code in `scope` sees a class local to the function `defining`: the function itself, or a
+    function nested in it (`def main():` inside a script body wrapped in a function), by lexical scoping."""
+    import libcst as cst
+
+    if scope is defining:
+        return True
+    target = scope.node
+    if target is None:
+        return False
+
+    class Find(cst.CSTVisitor):
+        found = False
+
+        def on_visit(self, node) -> bool:
+            if node is target:
+                self.found = True
+            return not self.found
+
+    finder = Find()
+    defining.node.body.visit(finder)
+    return finder.found
 
 
 def _dims(expr):

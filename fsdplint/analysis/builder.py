@@ -375,8 +375,13 @@ class Builder(Classes, Linking):
         script would have had to write: e.g. `shard2` on what `from_pretrained(distributed_config=...)`
         returns. Each event's data says `by` (the call) and `behaviour` (the version table's key)."""
         q = call.qualname or ""
-        effects = CALL_EFFECTS.get(call.api or "", ()) + (
-            CALL_EFFECTS.get("trl." + q.rsplit(".", 1)[-1], ()) if q.startswith("trl.") else ())
+        # trl's effects are keyed by the public name (`trl.SFTTrainer`, `trl.<Class>.from_pretrained`), whatever
+        # module the script imports it from.
+        effects = CALL_EFFECTS.get(call.api or "", ())
+        if q.startswith("trl."):
+            effects += CALL_EFFECTS.get("trl." + q.rsplit(".", 1)[-1], ())
+            if q.count(".") >= 2:
+                effects += CALL_EFFECTS.get("trl." + ".".join(q.rsplit(".", 2)[-2:]), ())
         targets = self.result_targets(call)
         if not effects:
             return []
@@ -443,6 +448,8 @@ class Builder(Classes, Linking):
             return all(self._effect_applies(call, c) for c in cond[1:])
         if cond[0] == "quantized":
             return self._loaded_quantized(call.arg(0, cond[1]), call)
+        if cond[0] == "loads_quantized":  # the call is the 4-/8-bit load itself
+            return self._loaded_quantized(call.node, call)
         if cond[0] == "given":
             expr = self.keyword(call, cond[1])
             return expr is not None and expr is not UNKNOWN and self.value(expr, call.scope) is not None

@@ -82,20 +82,41 @@ def _truthy(v) -> Optional[bool]:
     return None
 
 
-def covered_holds(key: str, tv) -> Optional[bool]:
-    """behaviour.holds, where an unknown version counts as the oldest release fsdplint covers (versions.py): a
-    behaviour that started at or before it and never stopped holds on every release an unknown version may
-    be; one that started later stays undecided (None)."""
+def covered_holds(key: str, tv, ctx=None) -> Optional[bool]:
+    """behaviour.holds for a framework default, where a version nobody declared is any release the job may run:
+    the releases a known version of a library that requires this one admits (trl 0.11 needs transformers
+    >= 4.40), else every release. A behaviour that started at or before that floor and never stopped holds on
+    all of them; otherwise the answer differs between releases the job may run, and stays undecided (None),
+    so the finding is a warning that names the release to declare. (The oldest release fsdplint covers is not
+    such a floor: a project that declares nothing may run an older one, as FastChat's LoRA jobs of 2023 ran
+    transformers 4.28.)"""
     from packaging.version import Version
 
     from fsdplint import behaviour
+    from fsdplint.versions import admitted_floor
 
     answer = behaviour.holds(key, tv)
     if answer is None and getattr(tv, "kind", "") == "unknown":
         b = behaviour.BEHAVIOURS[key]
-        if b.until is None and b.since is not None and Version(b.since) <= tv.version:
+        floor = admitted_floor(tv.package, ctx.version if ctx is not None else None)
+        if floor is not None and b.until is None and b.since is not None and Version(b.since) <= floor[0]:
             return True
     return answer
+
+
+def _version_open(tv, since: str, what: str, ctx=None) -> str:
+    """The undecided note for a framework default that changes at `since` while `tv` is not known."""
+    from fsdplint.versions import admitted_floor
+
+    floor = admitted_floor(tv.package, ctx.version if ctx is not None else None) if tv.kind == "unknown" else None
+    if tv.kind == "code":
+        known = f"{tv.describe()} only"
+    elif floor is not None:
+        known = f"{tv.package} undeclared, and {floor[1]} admits {tv.package} >= {floor[0]}"
+    else:
+        known = f"{tv.package} undeclared ({tv.source.removeprefix('unknown: ').split(';')[0]})"
+    return (f"the {tv.package} version ({what} from {tv.package} {since}, not before; {known}: declare "
+            f"{tv.package}>={since} to decide)")
 
 
 def _where(setting) -> str:
@@ -124,10 +145,18 @@ def framework_wraps(a, ctx) -> list[FrameworkWrap]:
                     fw = _composer_plan(a, ctx, t, ev)
                     if fw is not None:
                         out.append(fw)
-                elif on:
+                elif on and not _xla(launch):
                     out.append(_plan(a, ctx, launch, t, ev))
     out.sort(key=lambda w: (id(w.timeline), w.event.seq))
     return out
+
+
+def _xla(launch) -> bool:
+    """`fsdp_config={"xla": True}`: the Trainer wraps with torch_xla's FSDP (or its SPMD FSDPv2 with
+    `xla_fsdp_v2`), whose units, flattening and defaults are not torch FSDP1's (transformers trainer.py
+    `if self.is_fsdp_xla_enabled:` ... `XlaFullyShardedDataParallel`); its plan is not judged as FSDP1's."""
+    s = launch.get("xla")
+    return s is not None and s.value is not UNKNOWN and _truthy(s.value) is True
 
 
 def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
@@ -152,15 +181,14 @@ def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
             fw.undecided.append(fw.orig_open)
     elif plan_by == "trainer":
         fw.orig_setting = sharding
-        answer = covered_holds("trainer_fsdp_use_orig_params_default", tfv)
+        answer = covered_holds("trainer_fsdp_use_orig_params_default", tfv, ctx)
         b = behaviour.BEHAVIOURS["trainer_fsdp_use_orig_params_default"]
         rests.append(b.key)
         fw.orig = answer
         if answer is None:
             fw.orig_text = (f"use_orig_params left to the Trainer, which passes True from transformers {b.since} "
                             f"and False before")
-            fw.orig_open = (f"the transformers version (the Trainer defaults use_orig_params to True from "
-                            f"{b.since}, False before; {tfv.describe()})")
+            fw.orig_open = _version_open(tfv, b.since, "the Trainer defaults use_orig_params to True", ctx)
             fw.undecided.append(fw.orig_open)
         else:
             fw.orig_text = (f"use_orig_params={answer}, the Trainer's default on {tfv.describe()} (True from "
@@ -178,7 +206,7 @@ def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
         return fw
     if by == "trainer":
         b = behaviour.BEHAVIOURS["trainer_peft_wrap_policy"]
-        swaps = covered_holds(b.key, tfv)
+        swaps = covered_holds(b.key, tfv, ctx)
         rests.append(b.key)
         if swaps:
             fw.policy, fw.policy_text = "peft", (f"peft's fsdp_auto_wrap_policy, which the Trainer sets for a PEFT "
@@ -186,8 +214,8 @@ def _plan(a, ctx, launch, t, ev) -> FrameworkWrap:
             fw.rests_on = tuple(rests)
             return fw
         if swaps is None:
-            fw.undecided.append(f"the transformers version (the Trainer replaces the policy with peft's "
-                                f"fsdp_auto_wrap_policy for a PEFT model from {b.since}; {tfv.describe()})")
+            fw.undecided.append(_version_open(tfv, b.since, "the Trainer replaces the policy with peft's "
+                                              "fsdp_auto_wrap_policy for a PEFT model", ctx))
     if plan_by == "trainer":
         fw.policy_setting = sharding
         value = sharding.value
