@@ -263,3 +263,56 @@ def test_dropout_keeps_its_semantics_where_cuda_keeps_the_composite():
         assert (z == 0).any()
         with pytest.raises(ValueError):
             F.dropout(x, 1.5)
+
+
+class _HalfProductKernels(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the dtypes of the matrix-product kernels that actually run."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in ("mm", "bmm", "addmm", "baddbmm"):
+            self.dtypes.append(args[0].dtype)
+        return func(*args, **(kwargs or {}))
+
+
+_BF16_LINEAR = torch.nn.Linear(4, 4, dtype=BF16)
+HALF_PRODUCTS = {
+    "a @ b (a bf16 model, no autocast)": (None, lambda a, b: a.to(BF16) @ b.to(BF16)),
+    "nn.Linear in bf16 (no autocast)": (None, lambda a, b: _BF16_LINEAR(a.to(BF16))),
+    "F.linear under bf16 autocast": (BF16, lambda a, b: F.linear(a, b)),
+    "torch.bmm under fp16 autocast": (FP16, lambda a, b: torch.bmm(a[None], b[None])),
+}
+
+
+@pytest.mark.parametrize("call", sorted(HALF_PRODUCTS))
+def test_half_precision_products_run_the_float32_kernel_and_keep_the_gpus_dtypes(call):
+    # The CPU's bfloat16/float16 product kernels are an order of magnitude slower than float32's on CPUs
+    # without half-precision units: the dry run multiplies in float32 and rounds, as a GPU accumulates.
+    dtype, fn = HALF_PRODUCTS[call]
+    a, b = r(3, 4, grad=True), r(4, 4, grad=True)
+    kernels = _HalfProductKernels()
+    with (cuda_autocast(dtype) if dtype else autocast.mode()), kernels:
+        out = fn(a, b)
+        out.float().sum().backward()
+    want = dtype or BF16
+    assert out.dtype == want
+    assert kernels.dtypes and set(kernels.dtypes) == {FP32}, kernels.dtypes
+    assert a.grad is not None and a.grad.dtype == FP32
+    # The values are the half-precision inputs' product, rounded once.
+    with torch.no_grad():
+        ref = fn(a.detach(), b.detach()) if dtype is None else None
+    if ref is not None:
+        assert torch.allclose(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_float32_and_subclass_products_run_as_called():
+    a, b = r(3, 4), r(4, 4)
+    kernels = _HalfProductKernels()
+    with autocast.mode(), kernels:
+        assert (a @ b).dtype == FP32
+        meta = torch.empty(3, 4, dtype=BF16, device="meta") @ torch.empty(4, 4, dtype=BF16, device="meta")
+    assert meta.dtype == BF16 and meta.device.type == "meta"
+    assert kernels.dtypes == [FP32, BF16]
