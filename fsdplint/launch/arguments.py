@@ -841,7 +841,8 @@ def bind(defs: Definitions, launch=None, base_dirs: tuple = (), free: frozenset 
     for var, g in defs.namespaces.items():
         env.names[var] = values[id(g)]
     if defs.configs:
-        configfiles.bind_loads(defs.configs, lambda ns, f: env.names.get(ns, {}).get(f), launch, base_dirs, env)
+        configfiles.bind_loads(defs.configs, lambda ns, f: env.names.get(ns, {}).get(f), launch, base_dirs, env,
+                               (ArgValue, Origin, resolve_file))
     for g in defs.groups:
         if g.training:
             for name, v in values[id(g)].items():

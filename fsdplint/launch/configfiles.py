@@ -256,10 +256,11 @@ def _override_value(text: str) -> Any:
         return text
 
 
-def bind_loads(loads: list[ConfigLoad], values_of, launch, base_dirs: tuple, env) -> None:
+def bind_loads(loads: list[ConfigLoad], values_of, launch, base_dirs: tuple, env, binding) -> None:
     """Give each config variable the values of the file its load reads under `launch`, with the overrides.
-    `values_of(namespace, field)` is the bound `ArgValue` of a parsed argument."""
-    from fsdplint.launch.arguments import ArgValue, Origin, resolve_file
+    `values_of(namespace, field)` is the bound `ArgValue` of a parsed argument. `binding` is the argument
+    binder's (ArgValue, Origin, resolve_file): passed in, since that module is the one that calls this."""
+    ArgValue, Origin, resolve_file = binding
 
     for load in loads:
         word = None
