@@ -72,6 +72,8 @@ def _run(spec: dict, result: dict, started: float) -> None:
             result["settings"] = live.settings(model, optimizer, sentinel.PROGRESS.batch, spec["world_size"])
         except Exception as e:  # the dry run's own failure: reported, not the job's
             result["notes"].append(f"the runtime checks could not inspect the model: {errors.one_line(e)}")
+        if point == "step" and spec.get("until") == "save":
+            ranks.resume_job()
 
     sentinel.PROGRESS.on_stop = on_stop
     if spec.get("until") == "save":

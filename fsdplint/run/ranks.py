@@ -559,6 +559,12 @@ def _append(entry: dict) -> None:
 
 # -- at the stop ---------------------------------------------------------------------------------------
 
+def resume_job() -> None:
+    """`--until save`: the job runs on past its checked first step, so its collectives are the job's again
+    (the checks at the step issue their own, which are not)."""
+    _STATE["job"] = True
+
+
 def at_stop(model) -> None:
     """The parameters that still hold the marker or are on meta when the job steps: nothing filled them."""
     _STATE["job"] = False
